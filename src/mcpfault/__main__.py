@@ -1,0 +1,3 @@
+from mcpfault.cli import main
+
+raise SystemExit(main())

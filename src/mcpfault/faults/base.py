@@ -1,0 +1,144 @@
+"""What every fault shares: the request the engine sees, what a fault may do, and the contract.
+
+A fault is a frozen settings dataclass with a ``plan`` method (Toxiproxy's toxics, in Python).
+The engine does everything generic (matching tools, ``after``, ``limit``, the probability roll);
+a fault only says what happens to one request once its rule has fired. Faults are pure: they see
+data and a seeded RNG, never a clock, a file or a socket.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from random import Random
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from mcpfault.protocol import jsonrpc
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A client-to-server request as the engine sees it."""
+
+    method: str
+    request_id: Any
+    params: Mapping[str, Any]
+    body: Mapping[str, Any]
+
+    @property
+    def target(self) -> str | None:
+        """The name a rule's glob matches: the tool of a tools/call."""
+        name = self.params.get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def arguments(self) -> Mapping[str, Any]:
+        args = self.params.get("arguments")
+        return args if isinstance(args, Mapping) else {}
+
+    @staticmethod
+    def from_body(body: Mapping[str, Any]) -> Call:
+        params = body.get("params")
+        return Call(
+            method=body["method"],
+            request_id=body.get("id"),
+            params=params if isinstance(params, Mapping) else {},
+            body=body,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What reaches the client for one response: ``data`` (None when lost) after ``delay_s``."""
+
+    data: bytes | None
+    delay_s: float = 0.0
+
+
+# A step turns the bytes of a response into what is delivered instead. Steps chain.
+ResponseStep = Callable[[bytes], Delivery]
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What a fault does to one request.
+
+    - ``reply``: answer the client directly; the server is never contacted.
+    - ``upstream_request``: forward this body instead of the client's bytes.
+    - ``response``: transform the server's response (or the reply) on its way back.
+    - ``notify``: notifications sent to the client right away.
+    """
+
+    mode: str
+    reply: Mapping[str, Any] | None = None
+    upstream_request: Mapping[str, Any] | None = None
+    response: ResponseStep | None = None
+    notify: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanContext:
+    """Read-only facts the engine lends a fault while it plans."""
+
+    rule_name: str
+    matches_tool: Callable[[str], bool]
+    history: Callable[[Call], tuple[bytes, ...]] = field(default=lambda _call: ())
+    activating: bool = False  # a persistent fault is firing for the first time
+
+
+@runtime_checkable
+class Fault(Protocol):
+    """One fault type: a frozen dataclass of settings plus ``plan``.
+
+    ``type_name`` is the name profiles use; ``MODES`` are the modes it reports; ``targets`` are the
+    methods on which a rule of this type can fire. A ``persistent`` fault stays in force after it
+    first fires and is planned for every later matching request, including those in ``follows``.
+    """
+
+    type_name: ClassVar[str]
+    MODES: ClassVar[tuple[str, ...]]
+    targets: ClassVar[frozenset[str]]
+    persistent: ClassVar[bool]
+    follows: ClassVar[frozenset[str]]
+    needs_history: ClassVar[bool]  # the engine keeps earlier responses for ctx.history
+
+    def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
+        """What happens to ``call``; None when the fault cannot apply to it (the rule does not fire)."""
+        ...
+
+    def handshake(self, call: Call) -> ResponseStep | None:
+        """A change to the handshake answer (initialize, server/discover), whether or not fired."""
+        ...
+
+
+TOOLS_CALL = frozenset({"tools/call"})
+
+
+class FaultBase:
+    """Defaults for the optional parts of the contract."""
+
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL
+    persistent: ClassVar[bool] = False
+    follows: ClassVar[frozenset[str]] = frozenset()
+    needs_history: ClassVar[bool] = False
+
+    def handshake(self, call: Call) -> ResponseStep | None:
+        return None
+
+
+def reply_with_id(message: Mapping[str, Any], request_id: Any) -> dict[str, Any]:
+    return {**message, "id": request_id}
+
+
+def load_object(data: bytes) -> dict[str, Any] | None:
+    """Parse a response for a fault that rewrites it; None when it is not a JSON object."""
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    return jsonrpc.encode(dict(message))

@@ -1,0 +1,42 @@
+"""The fault types a profile may name. Adding a fault is one module plus one line here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mcpfault.faults.base import Fault
+from mcpfault.faults.error import Error
+from mcpfault.faults.latency import Latency
+from mcpfault.faults.malformed import Malformed
+from mcpfault.faults.schema_drift import SchemaDrift
+from mcpfault.faults.stale import Stale
+from mcpfault.faults.timeout import Timeout
+
+
+class Catalog:
+    """Fault types by name. Registering a name twice is an error, never a silent overwrite."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, type[Fault]] = {}
+
+    def register(self, fault_type: type[Fault]) -> None:
+        name = fault_type.type_name
+        if name in self._types:
+            raise ValueError(f"fault type {name!r} is registered twice: {self._types[name]!r} and {fault_type!r}")
+        if not callable(getattr(fault_type, "plan", None)):
+            raise TypeError(f"fault type {name!r} ({fault_type!r}) has no plan(call, rng, ctx) method")
+        self._types[name] = fault_type
+
+    def get(self, name: str) -> type[Fault] | None:
+        return self._types.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def __iter__(self) -> Iterator[type[Fault]]:
+        return iter(self._types.values())
+
+
+CATALOG = Catalog()
+for _fault_type in (Timeout, Latency, Error, Malformed, SchemaDrift, Stale):
+    CATALOG.register(_fault_type)

@@ -1,0 +1,27 @@
+"""error: the proxy answers in the server's place; the server never sees the request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from random import Random
+from typing import ClassVar, Literal
+
+from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext
+from mcpfault.protocol import jsonrpc
+
+
+@dataclass(frozen=True, slots=True)
+class Error(FaultBase):
+    type_name: ClassVar[str] = "error"
+    MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
+
+    # protocol: a JSON-RPC error response; tool: a tools/call result with isError true.
+    mode: Literal["protocol", "tool"] = "protocol"
+    code: int = jsonrpc.INTERNAL_ERROR
+    message: str = "Internal error"
+
+    def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
+        if self.mode == "tool":
+            text = self.message if self.message != "Internal error" else "Tool execution failed"
+            return Injection("tool", reply=jsonrpc.tool_error_result(call.request_id, text))
+        return Injection("protocol", reply=jsonrpc.error_response(call.request_id, self.code, self.message))

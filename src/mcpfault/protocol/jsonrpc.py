@@ -1,0 +1,111 @@
+"""Newline-delimited JSON-RPC 2.0 as MCP's stdio transport frames it.
+
+A line is parsed at most once. Lines that are not a JSON-RPC object (invalid UTF-8, non-JSON,
+batches, scalars) come back as ``MessageKind.OPAQUE``: the proxy relays them untouched and the
+fault engine never sees them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Implementation-defined server error. -32020..-32099 are reserved by the 2026-07-28 revision.
+UPSTREAM_UNAVAILABLE = -32000
+
+_decoder = json.JSONDecoder()
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+class MessageKind(enum.Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+    OPAQUE = "opaque"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One parsed line. ``body`` is the decoded object, or None when the line is opaque."""
+
+    kind: MessageKind
+    body: dict[str, Any] | None
+    why_opaque: str = ""
+
+    @property
+    def method(self) -> str:
+        assert self.body is not None
+        method: str = self.body["method"]
+        return method
+
+    @property
+    def params(self) -> dict[str, Any]:
+        assert self.body is not None
+        params = self.body.get("params")
+        return params if isinstance(params, dict) else {}
+
+
+def parse(line: bytes) -> Message:
+    """Classify one line (with or without its trailing newline) without ever raising."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Message(MessageKind.OPAQUE, None, f"invalid UTF-8 at byte {exc.start}")
+    try:
+        body = _decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        return Message(MessageKind.OPAQUE, None, f"not JSON ({exc.msg} at column {exc.colno})")
+    except (ValueError, RecursionError):
+        return Message(MessageKind.OPAQUE, None, "JSON nested too deeply to parse")
+    if isinstance(body, list):
+        return Message(MessageKind.OPAQUE, None, "a JSON-RPC batch (MCP has no batches since 2025-06-18)")
+    if not isinstance(body, dict):
+        return Message(MessageKind.OPAQUE, None, f"a JSON {type(body).__name__}, not a JSON-RPC object")
+    method = body.get("method")
+    if isinstance(method, str):
+        if "id" in body and _valid_id(body["id"]):
+            return Message(MessageKind.REQUEST, body)
+        if "id" not in body:
+            return Message(MessageKind.NOTIFICATION, body)
+        return Message(MessageKind.OPAQUE, None, f"a request id of JSON type {type(body['id']).__name__}")
+    if "id" in body and ("result" in body or "error" in body):
+        return Message(MessageKind.RESPONSE, body)
+    return Message(MessageKind.OPAQUE, None, "a JSON object that is neither request, notification nor response")
+
+
+def _valid_id(value: object) -> bool:
+    # JSON-RPC allows string, number and null; MCP forbids null but peers send it, and we relay it.
+    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+
+
+def id_key(request_id: object) -> str:
+    """A dict key that keeps ``1`` and ``"1"`` apart, as JSON-RPC does."""
+    return _encoder.encode(request_id)
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One compact JSON line. json escapes control characters, so the line has no embedded newline."""
+    return (_encoder.encode(message) + "\n").encode("utf-8")
+
+
+def error_response(request_id: object, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def tool_error_result(request_id: object, text: str) -> dict[str, Any]:
+    """A tools/call result with ``isError: true``: a tool execution error, not a protocol error."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": {"content": [{"type": "text", "text": text}], "isError": True},
+    }
