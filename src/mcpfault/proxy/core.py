@@ -1,0 +1,250 @@
+"""The proxy's protocol logic, free of I/O (sans-IO, as h11 is for HTTP).
+
+A transport feeds it lines from each side and performs the ``Emit``s it returns: where the bytes
+go and how long to hold them. The core tracks requests in flight, asks the engine what to do,
+applies response transformations, learns the protocol era, and writes one event per request.
+Lines the engine leaves alone are returned as the very same bytes object.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from mcpfault.faults.base import Call, Delivery
+from mcpfault.faults.engine import PASS, Decision, Engine
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import HANDSHAKE_METHODS, EraTracker
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy.events import EventSink
+
+log = structlog.get_logger("mcpfault.proxy")
+
+# Responses dropped on purpose are remembered (bounded) so that a dying server still lets the
+# proxy tell the client that no answer will come.
+MAX_REMEMBERED_DROPS = 10_000
+
+
+class To(enum.Enum):
+    CLIENT = "client"
+    SERVER = "server"
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    to: To
+    data: bytes
+    delay_s: float = 0.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    call: Call
+    decision: Decision
+    started: float
+
+
+@dataclass(slots=True)
+class Stats:
+    requests: Counter[str] = field(default_factory=Counter)  # by method
+    faults: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (rule, type, mode)
+    received: Counter[str] = field(default_factory=Counter)  # what clients got, for faulted requests
+    opaque: Counter[str] = field(default_factory=Counter)  # unparsable lines, by direction
+    upstream_exit_code: int | None = None
+    unanswered_at_exit: int = 0
+
+
+class ProxyCore:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        events: EventSink | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.era = EraTracker()
+        self.stats = Stats()
+        self._events = events
+        self._clock = clock
+        self._in_flight: dict[str, deque[InFlight]] = {}
+        self._dropped: deque[InFlight] = deque(maxlen=MAX_REMEMBERED_DROPS)
+        self._opaque_logged: set[To] = set()
+
+    # -- client to server ---------------------------------------------------------------------
+
+    def from_client(self, line: bytes) -> list[Emit]:
+        message = jsonrpc.parse(line)
+        if message.kind is not MessageKind.REQUEST:
+            if message.kind is MessageKind.OPAQUE:
+                self._opaque(To.SERVER, line, message.why_opaque)
+            return [Emit(To.SERVER, line)]
+        body = message.body
+        assert body is not None
+        method = body["method"]
+        self.stats.requests[method] += 1
+        params = body.get("params")
+        if method in HANDSHAKE_METHODS or (isinstance(params, dict) and "_meta" in params):
+            self.era.observe_request(method, params if isinstance(params, dict) else {})
+        call = Call.from_body(body)
+        decision = self.engine.decide(call) if self.engine.cares_about(method) else PASS
+        emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
+        for applied in decision.applied:
+            self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
+        pending = InFlight(call, decision, self._clock())
+        if decision.reply is not None:
+            delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
+            self._record(pending, delivery, upstream_contacted=False)
+            if delivery.data is not None:
+                emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s))
+            return emits
+        self._in_flight.setdefault(jsonrpc.id_key(body["id"]), deque()).append(pending)
+        upstream = line if decision.upstream_request is None else jsonrpc.encode(dict(decision.upstream_request))
+        emits.append(Emit(To.SERVER, upstream))
+        return emits
+
+    # -- server to client ---------------------------------------------------------------------
+
+    def from_server(self, line: bytes) -> list[Emit]:
+        message = jsonrpc.parse(line)
+        if message.kind is not MessageKind.RESPONSE:
+            if message.kind is MessageKind.OPAQUE:
+                self._opaque(To.CLIENT, line, message.why_opaque)
+            return [Emit(To.CLIENT, line)]
+        body = message.body
+        assert body is not None
+        key = jsonrpc.id_key(body["id"])
+        waiting = self._in_flight.get(key)
+        if not waiting:
+            return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
+        pending = waiting.popleft()
+        if not waiting:
+            del self._in_flight[key]
+        if pending.call.method in HANDSHAKE_METHODS:
+            self.era.observe_handshake_result(pending.call.method, body.get("result"))
+        if self.engine.wants_responses:
+            self.engine.observe_response(pending.call, line, body)
+        decision = pending.decision
+        if not decision.steps:
+            if decision.applied or self._events is not None:
+                self._record(pending, Delivery(line), upstream_contacted=True, body=body)
+            return [Emit(To.CLIENT, line)]
+        delivery = decision.deliver(line)
+        self._record(pending, delivery, upstream_contacted=True)
+        if delivery.data is None:
+            self._dropped.append(pending)
+            return []
+        return [Emit(To.CLIENT, delivery.data, delivery.delay_s)]
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def upstream_exited(self, exit_code: int) -> list[Emit]:
+        """Answer every request the client still waits for: no answer will ever come."""
+        self.stats.upstream_exit_code = exit_code
+        waiting = [p for queue in self._in_flight.values() for p in queue] + list(self._dropped)
+        self._in_flight.clear()
+        self._dropped.clear()
+        waiting.sort(key=lambda p: p.started)
+        emits = []
+        for pending in waiting:
+            message = (
+                f"mcpfault: the upstream MCP server exited with code {exit_code} before answering "
+                f"{pending.call.method}; no response will arrive"
+            )
+            data = {"mcpfault": {"reason": "upstream_exited", "exit_code": exit_code}}
+            reply = jsonrpc.encode(
+                jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
+            )
+            self._record(pending, Delivery(reply), upstream_contacted=True, received="upstream_exited")
+            emits.append(Emit(To.CLIENT, reply))
+        self.stats.unanswered_at_exit = len(emits)
+        return emits
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(q) for q in self._in_flight.values())
+
+    # -- records ------------------------------------------------------------------------------
+
+    def _record(
+        self,
+        pending: InFlight,
+        delivery: Delivery,
+        *,
+        upstream_contacted: bool,
+        body: dict[str, Any] | None = None,
+        received: str | None = None,
+    ) -> None:
+        decision, call = pending.decision, pending.call
+        if received is None:
+            received, error_code = classify(delivery.data, call.request_id, body)
+        else:
+            error_code = jsonrpc.UPSTREAM_UNAVAILABLE
+        if decision.applied:
+            self.stats.received[received] += 1
+        if self._events is None:
+            return
+        first = decision.applied[0] if decision.applied else None
+        record: dict[str, Any] = {
+            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "request_id": call.request_id,
+            "method": call.method,
+            "tool": call.target if call.method == "tools/call" else None,
+            "rule": first.rule if first else None,
+            "fault_type": first.type_name if first else None,
+            "fault_mode": first.mode if first else None,
+            "upstream_contacted": upstream_contacted,
+            "upstream_request_modified": decision.upstream_request is not None,
+            "client_received": received,
+            "duration_s": round(self._clock() - pending.started, 6),
+            "era": self.era.era.value,
+            "protocol_version": self.era.protocol_version,
+        }
+        if len(decision.applied) > 1:
+            record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
+        if error_code is not None:
+            record["error_code"] = error_code
+        if delivery.delay_s:
+            record["delay_s"] = round(delivery.delay_s, 6)
+        self._events.write(record)
+
+    def _opaque(self, to: To, line: bytes, why: str) -> None:
+        direction = "client->server" if to is To.SERVER else "server->client"
+        self.stats.opaque[direction] += 1
+        if to not in self._opaque_logged:
+            self._opaque_logged.add(to)
+            log.warning(
+                "relaying a line the fault engine cannot parse; it is never faulted (logged once per direction)",
+                direction=direction,
+                reason=why,
+                size_bytes=len(line),
+            )
+
+
+def classify(data: bytes | None, request_id: Any, body: dict[str, Any] | None = None) -> tuple[str, int | None]:
+    """What a client received: response, error, tool_error, nothing or malformed (and the error code)."""
+    if data is None:
+        return "nothing", None
+    if body is None:
+        message = jsonrpc.parse(data)
+        if message.kind is not MessageKind.RESPONSE:
+            return "malformed", None
+        body = message.body
+        assert body is not None
+    if body.get("id") != request_id or ("result" not in body and "error" not in body):
+        return "malformed", None
+    error = body.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        return "error", code if isinstance(code, int) else None
+    result = body.get("result")
+    if isinstance(result, dict) and result.get("isError") is True:
+        return "tool_error", None
+    return "response", None

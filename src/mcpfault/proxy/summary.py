@@ -1,0 +1,47 @@
+"""The table of injected faults the proxy prints to stderr when it exits."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from mcpfault.faults.engine import Engine
+from mcpfault.protocol.eras import EraTracker
+from mcpfault.proxy.core import Stats
+
+
+def render(stats: Stats, engine: Engine, era: EraTracker, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=110, highlight=False)
+    total = sum(stats.requests.values())
+    version = era.protocol_version or "unknown"
+    table = Table(title=f"mcpfault: profile {engine.profile.name!r} (seed {engine.profile.seed})", title_justify="left")
+    table.add_column("rule")
+    table.add_column("type")
+    table.add_column("mode")
+    table.add_column("injected", justify="right")
+    table.add_column("share of matched", justify="right")
+    matched = {name: count for name, count, _ in engine.counters()}
+    for (rule, type_name, mode), count in sorted(stats.faults.items()):
+        seen = matched.get(rule, 0)
+        share = f"{100 * count / seen:.0f}%" if seen and type_name != "schema_drift" else "-"
+        table.add_row(rule, type_name, mode, str(count), share)
+    if not stats.faults:
+        table.add_row("(none)", "-", "-", "0", "-")
+    console.print(table)
+    received = ", ".join(f"{k} {v}" for k, v in sorted(stats.received.items())) or "-"
+    methods = ", ".join(f"{m} {c}" for m, c in stats.requests.most_common()) or "-"
+    lines = [
+        f"requests {total} ({methods}); era {era.era.value}, protocol {version}",
+        f"faulted requests: client received {received}",
+    ]
+    if stats.opaque:
+        lines.append("unparsable lines relayed untouched: " + ", ".join(f"{d} {n}" for d, n in stats.opaque.items()))
+    if stats.upstream_exit_code is not None:
+        lines.append(
+            f"upstream exited with status {stats.upstream_exit_code}; "
+            f"{stats.unanswered_at_exit} request(s) answered with an 'upstream exited' error"
+        )
+    for line in lines:
+        console.print(line)
