@@ -1,0 +1,116 @@
+"""ProxyCore without any I/O: lines in, Emits out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcpfault.faults import profile
+from mcpfault.faults.engine import Engine
+from mcpfault.proxy.core import ProxyCore, To
+from mcpfault.proxy.events import MemoryEventSink
+from tests.conftest import call, request
+
+
+def core(text: str = "", clock: list[float] | None = None) -> tuple[ProxyCore, MemoryEventSink]:
+    sink = MemoryEventSink()
+    ticks = clock if clock is not None else [0.0]
+    return ProxyCore(Engine(profile.loads(text)), events=sink, clock=lambda: ticks[0]), sink
+
+
+def answer(request_id: Any, **result: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n"
+
+
+def test_untouched_lines_are_the_same_objects() -> None:
+    proxy, sink = core()
+    line = call(1, "echo", text="x")
+    [emit] = proxy.from_client(line)
+    assert emit.to is To.SERVER and emit.data is line
+    reply = answer(1, ok=True)
+    [back] = proxy.from_server(reply)
+    assert back.to is To.CLIENT and back.data is reply
+    assert sink.records[0]["client_received"] == "response"
+
+
+def test_duplicate_ids_in_flight_are_matched_in_order() -> None:
+    proxy, sink = core('[[faults]]\ntype = "timeout"\nlimit = 1\n')
+    proxy.from_client(call(1, "a"))  # dropped on the way back
+    proxy.from_client(call(1, "b"))
+    assert proxy.from_server(answer(1, n=1)) == []
+    [second] = proxy.from_server(answer(1, n=2))
+    assert json.loads(second.data)["result"] == {"n": 2}
+    assert [r["client_received"] for r in sink.records] == ["nothing", "response"]
+
+
+def test_server_initiated_requests_and_client_answers_pass_through() -> None:
+    proxy, sink = core('[[faults]]\ntype = "error"\n')
+    sampling = request(0, "sampling/createMessage", {"messages": []})
+    [to_client] = proxy.from_server(sampling)
+    assert to_client.to is To.CLIENT and to_client.data is sampling
+    client_answer = answer(0, role="assistant")
+    [to_server] = proxy.from_client(client_answer)
+    assert to_server.to is To.SERVER and to_server.data is client_answer
+    assert sink.records == []
+
+
+def test_stray_response_with_unknown_id_is_relayed() -> None:
+    proxy, _ = core()
+    stray = answer(99)
+    assert proxy.from_server(stray)[0].data is stray
+
+
+def test_upstream_exit_answers_in_flight_and_dropped_requests() -> None:
+    clock = [0.0]
+    proxy, sink = core('[[faults]]\ntype = "timeout"\nlimit = 1\n', clock)
+    proxy.from_client(call("x", "a"))
+    clock[0] = 1.0
+    proxy.from_client(call(2, "b"))
+    proxy.from_server(answer("x"))  # dropped by the fault
+    emits = proxy.upstream_exited(1)
+    bodies = [json.loads(e.data) for e in emits]
+    assert [b["id"] for b in bodies] == ["x", 2]
+    assert all(b["error"]["data"]["mcpfault"]["exit_code"] == 1 for b in bodies)
+    assert proxy.in_flight == 0
+    assert [r["client_received"] for r in sink.records] == ["nothing", "upstream_exited", "upstream_exited"]
+
+
+def test_error_reply_goes_straight_back() -> None:
+    proxy, sink = core('[[faults]]\ntype = "error"\nmode = "tool"\nmessage = "down"\n')
+    [emit] = proxy.from_client(call(4, "t"))
+    assert emit.to is To.CLIENT
+    assert json.loads(emit.data)["result"] == {"content": [{"type": "text", "text": "down"}], "isError": True}
+    assert sink.records[0]["upstream_contacted"] is False and sink.records[0]["client_received"] == "tool_error"
+
+
+def test_drift_notification_precedes_the_rewritten_request() -> None:
+    proxy, sink = core('[[faults]]\ntype = "schema_drift"\nrename_args = { a = "b" }\nnotify = true\n')
+    emits = proxy.from_client(call(1, "t", b=1))
+    assert [e.to for e in emits] == [To.CLIENT, To.SERVER]
+    assert json.loads(emits[0].data)["method"] == "notifications/tools/list_changed"
+    assert json.loads(emits[1].data)["params"]["arguments"] == {"a": 1}
+    assert sink.records == []  # recorded when the answer comes back
+    proxy.from_server(answer(1))
+    assert sink.records[0]["upstream_request_modified"] is True
+
+
+def test_opaque_lines_are_counted_per_direction() -> None:
+    proxy, _ = core()
+    for line in (b"junk\n", b"\xff\n"):
+        assert proxy.from_client(line)[0].data is line
+    proxy.from_server(b"[1]\n")
+    assert proxy.stats.opaque == {"client->server": 2, "server->client": 1}
+
+
+def test_latency_emits_a_delay() -> None:
+    proxy, sink = core('[[faults]]\ntype = "latency"\ndelay_s = 0.75\n')
+    proxy.from_client(call(1, "t"))
+    [emit] = proxy.from_server(answer(1))
+    assert emit.delay_s == 0.75 and sink.records[0]["delay_s"] == 0.75
+
+
+def test_malformed_classified_as_malformed() -> None:
+    proxy, sink = core('[[faults]]\ntype = "malformed"\nmodes = ["wrong_id"]\n')
+    proxy.from_client(call(1, "t"))
+    proxy.from_server(answer(1))
+    assert sink.records[0]["client_received"] == "malformed" and sink.records[0]["fault_mode"] == "wrong_id"

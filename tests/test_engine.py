@@ -1,0 +1,127 @@
+"""The engine: matching, after, limit, first-wins, persistence, and determinism."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcpfault.faults import profile
+from mcpfault.faults.base import Call
+from mcpfault.faults.engine import Engine
+from mcpfault.protocol import jsonrpc
+
+MIXED = (profile.load("profiles/mixed.toml"),)
+
+
+def call(tool: str, request_id: int = 1, method: str = "tools/call", **arguments: Any) -> Call:
+    params = {"name": tool, "arguments": arguments} if method == "tools/call" else {}
+    return Call.from_body({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+
+
+def engine(text: str) -> Engine:
+    return Engine(profile.loads(text))
+
+
+def modes(eng: Engine, calls: list[Call]) -> list[str | None]:
+    out = []
+    for c in calls:
+        decision = eng.decide(c)
+        out.append(decision.applied[0].rule if decision.applied else None)
+    return out
+
+
+def test_after_and_limit() -> None:
+    eng = engine('[[faults]]\nname = "e"\ntype = "error"\nafter = 2\nlimit = 3\n')
+    assert modes(eng, [call("t", i) for i in range(8)]) == [None, None, "e", "e", "e", None, None, None]
+
+
+def test_tools_globs_select_calls_and_other_methods_pass() -> None:
+    eng = engine('[[faults]]\nname = "e"\ntype = "error"\ntools = ["get_*", "list_[ds]*"]\n')
+    got = modes(eng, [call("get_x"), call("set_x"), call("list_devices"), call("list_sites"), call("list_zones")])
+    assert got == ["e", None, "e", "e", None]
+    assert not eng.decide(call("", method="tools/list")).applied
+    assert not eng.decide(call("", method="resources/read")).applied
+
+
+def test_first_rule_that_fires_wins() -> None:
+    eng = engine('[[faults]]\nname = "a"\ntype = "error"\nlimit = 1\n[[faults]]\nname = "b"\ntype = "latency"\n')
+    assert modes(eng, [call("t"), call("t"), call("t")]) == ["a", "b", "b"]
+
+
+def test_probability_is_honoured_roughly() -> None:
+    eng = engine('seed = 11\n[[faults]]\nname = "e"\ntype = "error"\nprobability = 0.25\n')
+    fired = sum(1 for m in modes(eng, [call("t", i) for i in range(4000)]) if m)
+    assert 900 < fired < 1100
+
+
+def test_stale_fires_only_once_something_is_cached() -> None:
+    eng = engine('[[faults]]\nname = "s"\ntype = "stale"\n')
+    first = call("get", 1, x=1)
+    assert not eng.decide(first).applied  # nothing cached yet
+    answer = {"jsonrpc": "2.0", "id": 1, "result": {"structuredContent": {"v": 1}}}
+    eng.observe_response(first, jsonrpc.encode(answer), answer)
+    second = eng.decide(call("get", 2, x=1))
+    assert second.reply is not None and second.reply["id"] == 2 and second.reply["result"] == answer["result"]
+    assert not eng.decide(call("get", 3, x=2)).applied  # other arguments, other cache entry
+
+
+def test_drift_is_persistent_and_combines_with_another_fault() -> None:
+    eng = engine(
+        '[[faults]]\nname = "d"\ntype = "schema_drift"\nafter = 1\nrename_fields = { a = "b" }\n'
+        '[[faults]]\nname = "slow"\ntype = "latency"\nafter = 2\n'
+    )
+    first, second, third = (eng.decide(call("t", i)) for i in range(3))
+    assert not first.applied
+    assert [a.rule for a in second.applied] == ["d"]
+    assert [a.rule for a in third.applied] == ["d", "slow"]
+    listing = eng.decide(call("", method="tools/list"))
+    assert [(a.rule, a.mode) for a in listing.applied] == [("d", "rewrite_list")]
+
+
+def test_handshake_advertises_list_changed_only_with_notify() -> None:
+    quiet = engine('[[faults]]\ntype = "schema_drift"\nrename_args = { a = "b" }\n')
+    loud = engine('[[faults]]\ntype = "schema_drift"\nrename_args = { a = "b" }\nnotify = true\n')
+    init = Call.from_body({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
+    assert not quiet.decide(init).applied
+    assert [a.mode for a in loud.decide(init).applied] == ["advertise"]
+
+
+def test_baseline_engine_cares_about_nothing() -> None:
+    eng = Engine(profile.load("profiles/baseline.toml"))
+    assert not eng.cares_about("tools/call") and not eng.cares_about("initialize")
+
+
+request_sequences = st.lists(
+    st.tuples(st.sampled_from(["get_site", "list_devices", "set_maintenance", "open_incident"]), st.integers(0, 3)),
+    max_size=60,
+)
+
+
+def fingerprint(eng: Engine, sequence: list[tuple[str, int]]) -> list[Any]:
+    out: list[Any] = []
+    for index, (tool, arg) in enumerate(sequence):
+        c = call(tool, index, x=arg)
+        decision = eng.decide(c)
+        delivered = decision.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": index, "result": {"x": arg}}))
+        out.append(([(a.rule, a.mode) for a in decision.applied], decision.reply, delivered))
+        answer = {"jsonrpc": "2.0", "id": index, "result": {"structuredContent": {"x": arg, "n": index}}}
+        eng.observe_response(c, jsonrpc.encode(answer), answer)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(sequence=request_sequences, seed=st.integers(0, 2**31))
+def test_same_profile_seed_and_requests_give_the_same_faults(sequence: list[tuple[str, int]], seed: int) -> None:
+    loaded = MIXED[0]
+    reseeded = profile.Profile(loaded.name, seed, loaded.rules, loaded.source)
+    assert fingerprint(Engine(reseeded), sequence) == fingerprint(Engine(reseeded), sequence)
+
+
+def test_different_seeds_give_different_faults() -> None:
+    sequence = [("get_site", i % 4) for i in range(200)]
+    loaded = MIXED[0]
+    a = fingerprint(Engine(profile.Profile("m", 1, loaded.rules)), sequence)
+    b = fingerprint(Engine(profile.Profile("m", 2, loaded.rules)), sequence)
+    assert [x[0] for x in a] != [x[0] for x in b]

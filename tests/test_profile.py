@@ -1,0 +1,160 @@
+"""Profile validation: every problem at once, each naming file, rule, field and what is allowed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcpfault.errors import ProfileError
+from mcpfault.faults import profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ProfileError) as caught:
+        profile.loads(text, source="p.toml")
+    return [str(p) for p in caught.value.problems]
+
+
+def test_every_bundled_profile_is_valid() -> None:
+    names = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml"))
+    assert names == sorted(
+        ["baseline", "timeout", "latency", "error", "malformed", "stale", "drift_input", "drift_output", "mixed"]
+    )
+    for path in (ROOT / "profiles").glob("*.toml"):
+        assert profile.load(path).name == path.stem
+
+
+def test_all_problems_are_reported_together() -> None:
+    found = problems(
+        """
+seed = "x"
+colour = 1
+[[faults]]
+type = "laggy"
+[[faults]]
+name = "p"
+type = "latency"
+probability = 1.5
+after = -1
+limit = 2.5
+delay_s = "slow"
+jitter = 1
+[[faults]]
+type = "malformed"
+modes = ["truncate", "explode"]
+tools = ["get_[x", "bad name"]
+[[faults]]
+type = "error"
+mode = "loud"
+[[faults]]
+name = "p"
+type = "schema_drift"
+"""
+    )
+    expected = [
+        "p.toml: colour: unknown top-level key",
+        "p.toml: seed: got 'x'; expected an integer",
+        "p.toml: faults[0].type: unknown fault type 'laggy'; one of: error, latency, malformed",
+        "p.toml: faults[1] ('p').probability: 1.5 is outside [0, 1]",
+        "p.toml: faults[1] ('p').after: -1 is negative",
+        "p.toml: faults[1] ('p').limit: got 2.5; expected a whole number",
+        "p.toml: faults[1] ('p').delay_s: got string 'slow'; expected a number",
+        "p.toml: faults[1] ('p').jitter: unknown key for type 'latency'; its keys are: delay_s, jitter_s",
+        "p.toml: faults[2].modes: item 1: got string 'explode'; expected one of 'truncate'",
+        "p.toml: faults[2].tools: bad glob 'get_[x': unbalanced [ ]",
+        "p.toml: faults[2].tools: bad glob 'bad name'",
+        "p.toml: faults[3].mode: got string 'loud'; expected one of 'protocol', 'tool'",
+        "p.toml: faults[4] ('p').type: set rename_args, rename_fields or both",
+    ]
+    for fragment in expected:
+        assert any(fragment in line for line in found), (fragment, found)
+
+
+def test_duplicate_rule_names() -> None:
+    found = problems('[[faults]]\nname = "a"\ntype = "error"\n[[faults]]\nname = "a"\ntype = "latency"\n')
+    assert found == ["p.toml: faults[1] ('a').name: 'a' is already the name of faults[0]; rule names must be unique"]
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    assert "is not valid TOML" in problems("[[faults]\n")[0]
+    with pytest.raises(ProfileError) as caught:
+        profile.load(tmp_path / "nope.toml")
+    assert "does not exist" in str(caught.value)
+
+
+def test_validate_command_exit_codes(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[faults]]\ntype = "error"\nprobability = -0.5\n')
+    ok = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "validate", *map(str, (ROOT / "profiles").glob("*.toml"))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0 and ok.stdout.count(": ok") == 9
+    failed = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "validate", str(bad), str(ROOT / "profiles/mixed.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert failed.returncode == 1
+    assert f"{bad}: faults[0].probability: -0.5 is outside [0, 1]" in failed.stderr
+    assert "mixed.toml: ok" in failed.stdout
+
+
+toml_scalars = st.one_of(
+    st.integers(-5, 5),
+    st.floats(-2, 2, allow_nan=False),
+    st.booleans(),
+    st.text(max_size=8),
+    st.lists(st.text(max_size=5), max_size=3),
+)
+rule_tables = st.dictionaries(
+    st.sampled_from(
+        [
+            "type",
+            "name",
+            "tools",
+            "probability",
+            "after",
+            "limit",
+            "mode",
+            "modes",
+            "delay_s",
+            "jitter_s",
+            "code",
+            "message",
+            "pick",
+            "history",
+            "rename_args",
+            "notify",
+            "zzz",
+        ]
+    ),
+    st.one_of(toml_scalars, st.sampled_from(["error", "latency", "timeout", "stale", "malformed", "schema_drift"])),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    document=st.fixed_dictionaries(
+        {}, optional={"seed": toml_scalars, "name": toml_scalars, "faults": st.lists(rule_tables, max_size=4)}
+    )
+)
+def test_random_documents_never_crash_validation(document: dict) -> None:
+    try:
+        profile.from_mapping(document, source="fuzz.toml")
+    except ProfileError as exc:
+        for problem in exc.problems:
+            assert problem.file == "fuzz.toml" and problem.field and problem.message
+            text = str(problem)
+            assert text.startswith("fuzz.toml: ")

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import Era, EraTracker
+from mcpfault.protocol.jsonrpc import MessageKind
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n', MessageKind.REQUEST),
+        (b'{"jsonrpc":"2.0","id":"a","method":"x"}', MessageKind.REQUEST),
+        (b'{"jsonrpc":"2.0","id":null,"method":"x"}', MessageKind.REQUEST),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"x"}', MessageKind.REQUEST),
+        (b'{"jsonrpc":"2.0","method":"notifications/initialized"}', MessageKind.NOTIFICATION),
+        (b'{"jsonrpc":"2.0","id":1,"result":{}}', MessageKind.RESPONSE),
+        (b'{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}', MessageKind.RESPONSE),
+        (b'{"jsonrpc":"2.0","id":true,"method":"x"}', MessageKind.OPAQUE),
+        (b"[{}]", MessageKind.OPAQUE),
+        (b"42", MessageKind.OPAQUE),
+        (b"\xff\xfe", MessageKind.OPAQUE),
+        (b"not json", MessageKind.OPAQUE),
+        (b"{}", MessageKind.OPAQUE),
+        (b"[" * 100_000, MessageKind.OPAQUE),
+    ],
+)
+def test_parse_classifies_without_raising(line: bytes, kind: MessageKind) -> None:
+    message = jsonrpc.parse(line)
+    assert message.kind is kind
+    if kind is MessageKind.OPAQUE:
+        assert message.why_opaque
+
+
+def test_id_key_keeps_json_types_apart() -> None:
+    assert jsonrpc.id_key(1) != jsonrpc.id_key("1")
+    assert jsonrpc.id_key(None) == "null"
+
+
+def test_encode_is_one_line_even_with_line_separators() -> None:
+    data = jsonrpc.encode({"text": "a\nb\u2028c"})
+    assert data.endswith(b"\n") and data.count(b"\n") == 1
+    assert json.loads(data)["text"] == "a\nb\u2028c"
+
+
+def test_era_from_legacy_handshake() -> None:
+    era = EraTracker()
+    era.observe_request("initialize", {"protocolVersion": "2025-11-25"})
+    era.observe_handshake_result("initialize", {"protocolVersion": "2025-06-18"})
+    assert (era.era, era.protocol_version) == (Era.LEGACY, "2025-06-18")
+
+
+def test_era_from_modern_meta_and_auto_fallback() -> None:
+    era = EraTracker()
+    meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
+    era.observe_request("server/discover", meta)
+    assert (era.era, era.protocol_version) == (Era.MODERN, "2026-07-28")
+    # A client in auto mode falls back to initialize when the server is legacy.
+    era.observe_request("initialize", {"protocolVersion": "2025-11-25"})
+    assert (era.era, era.protocol_version) == (Era.LEGACY, "2025-11-25")
