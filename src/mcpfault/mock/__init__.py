@@ -1,0 +1,20 @@
+"""The bundled mock MCP server: a deterministic network-operations world served over stdio.
+
+`World` is pure and cheap to import (judges rebuild ground truth with it); `serve` loads the MCP SDK
+only when called.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from mcpfault.mock.world import World
+
+__all__ = ["World", "serve"]
+
+
+def serve(seed: int = 0, state_path: pathlib.Path | None = None) -> None:
+    """Serve `World.generate(seed)` as an MCP server on stdio; see `mcpfault.mock.server.serve`."""
+    from mcpfault.mock.server import serve as serve_stdio
+
+    serve_stdio(seed=seed, state_path=state_path)
