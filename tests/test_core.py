@@ -60,16 +60,18 @@ def test_stray_response_with_unknown_id_is_relayed() -> None:
     assert proxy.from_server(stray)[0].data is stray
 
 
-def test_upstream_exit_answers_in_flight_and_dropped_requests() -> None:
+def test_upstream_exit_answers_what_the_server_never_answered() -> None:
     clock = [0.0]
     proxy, sink = core('[[faults]]\ntype = "timeout"\nlimit = 1\n', clock)
     proxy.from_client(call("x", "a"))
     clock[0] = 1.0
     proxy.from_client(call(2, "b"))
-    proxy.from_server(answer("x"))  # dropped by the fault
+    clock[0] = 2.0
+    proxy.from_client(call(3, "c"))
+    proxy.from_server(answer("x"))  # dropped by the fault: stays lost
     emits = proxy.upstream_exited(1)
     bodies = [json.loads(e.data) for e in emits]
-    assert [b["id"] for b in bodies] == ["x", 2]
+    assert [b["id"] for b in bodies] == [2, 3]
     assert all(b["error"]["data"]["mcpfault"]["exit_code"] == 1 for b in bodies)
     assert proxy.in_flight == 0
     assert [r["client_received"] for r in sink.records] == ["nothing", "upstream_exited", "upstream_exited"]

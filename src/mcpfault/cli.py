@@ -86,6 +86,21 @@ def _parser() -> argparse.ArgumentParser:
     faults = commands.add_parser("faults", help="list the fault types and their settings")
     faults.set_defaults(handler=_faults)
 
+    run = commands.add_parser(
+        "run",
+        help="one session through the proxy to the bundled mock server, with a summary",
+        description="Start the proxy with PROFILE in front of the bundled mock server, drive a scripted session "
+        "of tool calls through it, and print what the client saw and what the proxy injected. Writes attempts, "
+        "proxy events, the proxy's log and the server's final state under --out.",
+    )
+    run.add_argument("--profile", type=Path, default=Path("profiles/mixed.toml"), help="default profiles/mixed.toml")
+    run.add_argument("--calls", type=int, default=200, help="tool calls after discovery (default 200)")
+    run.add_argument("--seed", type=int, default=0, help="mock world seed (default 0)")
+    run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
+    run.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
+    run.add_argument("--out", type=Path, help="output directory (default runs/<time>-<profile>)")
+    run.set_defaults(handler=_run)
+
     mock = commands.add_parser(
         "mock-server",
         help="run the bundled mock MCP server (a network-operations world) on stdio",
@@ -170,6 +185,48 @@ def _faults(_args: argparse.Namespace) -> int:
             default = field.default if field.default is not dataclasses.MISSING else "(required)"
             print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
     print("every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none]")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    import time
+
+    import anyio
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from mcpfault.faults import profile
+    from mcpfault.harness.session import SessionConfig, run_session
+
+    profile.load(args.profile)  # refuse an invalid profile before anything starts
+    if args.calls < 1:
+        raise UsageError(f"--calls {args.calls}: give at least 1")
+    if args.deadline <= 0:
+        raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
+    out = args.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile.stem}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the directory ({exc.strerror}); choose another") from None
+    config = SessionConfig(args.profile, out, args.calls, args.seed, args.era, args.deadline)
+    console = Console(stderr=False)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"session: {args.profile.stem}", total=args.calls)
+        result = anyio.run(run_session, config, lambda n: bar.advance(task, n))
+    outcomes = sorted({o for counts in result.by_tool().values() for o in counts})
+    table = Table(title=f"client view: {args.calls} calls, profile {args.profile.stem!r}, era {args.era}")
+    table.add_column("tool")
+    for outcome in outcomes:
+        table.add_column(outcome, justify="right")
+    for tool, counts in sorted(result.by_tool().items()):
+        table.add_row(tool, *(str(counts.get(o, 0)) for o in outcomes))
+    console.print(table)
+    proxy_log = (out / "proxy.log").read_text(errors="replace")
+    console.print(proxy_log.rstrip(), markup=False, highlight=False)
+    console.print(
+        f"wall time {result.wall_s:.1f} s; files in {out}/ (attempts.jsonl, events.jsonl, proxy.log, server-state.json)"
+    )
     return EXIT_OK
 
 

@@ -49,3 +49,41 @@ class UsageError(MCPFaultError):
 
 class UpstreamError(MCPFaultError):
     """The MCP server could not be started or reached."""
+
+
+class CallError(MCPFaultError):
+    """A request failed; ``failure`` names the class for records and reports."""
+
+    failure = "call_error"
+
+
+class CallTimeout(CallError):
+    failure = "timeout"
+
+
+class ProtocolError(CallError):
+    failure = "protocol_error"
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(f"JSON-RPC error {code}: {message}")
+
+
+class ToolError(CallError):
+    failure = "tool_error"
+
+
+class MalformedResponse(CallError):
+    failure = "malformed"
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind  # not_json, wrong_id, missing_result, wrong_type, ...
+        super().__init__(f"malformed response ({kind}): {detail}")
+
+
+class ContractChanged(CallError):
+    failure = "contract_changed"
+
+
+class StaleResult(CallError):
+    failure = "stale"

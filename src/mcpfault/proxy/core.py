@@ -27,11 +27,6 @@ from mcpfault.proxy.events import EventSink
 
 log = structlog.get_logger("mcpfault.proxy")
 
-# Responses dropped on purpose are remembered (bounded) so that a dying server still lets the
-# proxy tell the client that no answer will come.
-MAX_REMEMBERED_DROPS = 10_000
-
-
 class To(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
@@ -75,7 +70,6 @@ class ProxyCore:
         self._events = events
         self._clock = clock
         self._in_flight: dict[str, deque[InFlight]] = {}
-        self._dropped: deque[InFlight] = deque(maxlen=MAX_REMEMBERED_DROPS)
         self._opaque_logged: set[To] = set()
 
     # -- client to server ---------------------------------------------------------------------
@@ -139,18 +133,19 @@ class ProxyCore:
         delivery = decision.deliver(line)
         self._record(pending, delivery, upstream_contacted=True)
         if delivery.data is None:
-            self._dropped.append(pending)
-            return []
+            return []  # lost on purpose: the client learns nothing, as with a real lost response
         return [Emit(To.CLIENT, delivery.data, delivery.delay_s)]
 
     # -- the end ------------------------------------------------------------------------------
 
     def upstream_exited(self, exit_code: int) -> list[Emit]:
-        """Answer every request the client still waits for: no answer will ever come."""
+        """Answer every request the server never answered: no answer will ever come.
+
+        Responses a fault dropped stay lost; the client's EOF follows right after.
+        """
         self.stats.upstream_exit_code = exit_code
-        waiting = [p for queue in self._in_flight.values() for p in queue] + list(self._dropped)
+        waiting = [p for queue in self._in_flight.values() for p in queue]
         self._in_flight.clear()
-        self._dropped.clear()
         waiting.sort(key=lambda p: p.started)
         emits = []
         for pending in waiting:

@@ -1,0 +1,270 @@
+"""The harness's own MCP client over stdio: one exception per failure mode, a deadline per call.
+
+The official SDK client is built to hide failures (it retries, validates, raises generic errors); a
+harness has to see each one as it is. Calls are expected one at a time per client, so an answer that
+cannot be matched to its request (not JSON, a wrong id) is pinned on the one request waiting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import IO, Any, Literal, Self
+
+import anyio
+from anyio.abc import Process
+
+from mcpfault.errors import (
+    CallError,
+    CallTimeout,
+    MalformedResponse,
+    ProtocolError,
+    ToolError,
+    UpstreamError,
+)
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import LEGACY_VERSIONS, META_PROTOCOL_VERSION, MODERN_VERSIONS
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy.pipes import LineSplitter
+
+Era = Literal["legacy", "modern"]
+CLIENT_INFO = {"name": "mcpfault-harness", "version": "0.1.0"}
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One request as the client saw it."""
+
+    request_id: int
+    method: str
+    tool: str | None
+    started: float
+    duration_s: float = 0.0
+    outcome: str = "pending"  # ok, or a CallError.failure
+    detail: str = ""
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "method": self.method,
+            "tool": self.tool,
+            "duration_s": round(self.duration_s, 6),
+            "outcome": self.outcome,
+            "detail": self.detail,
+        }
+
+
+@dataclass(slots=True)
+class _Waiter:
+    attempt: Attempt
+    done: anyio.Event = field(default_factory=anyio.Event)
+    body: dict[str, Any] | None = None
+    error: CallError | None = None
+
+
+class StdioClient:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        deadline_s: float = 0.5,
+        era: Era = "legacy",
+        stderr: IO[bytes] | int | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.deadline_s = deadline_s
+        self.era = era
+        self.attempts: list[Attempt] = []
+        self.tools_changed = False
+        self._stderr = stderr
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, _Waiter] = {}
+        self._process: Process | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = anyio.Event()
+        self.exit_code: int | None = None
+
+    async def __aenter__(self) -> Self:
+        try:
+            self._process = await anyio.open_process(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
+            )
+        except OSError as exc:
+            raise UpstreamError(f"cannot start {self.command[0]!r}: {exc}") from None
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._read)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._process is not None and self._tg is not None
+        with anyio.CancelScope(shield=True):
+            if self._process.stdin is not None:
+                try:
+                    await self._process.stdin.aclose()
+                except (anyio.BrokenResourceError, OSError):
+                    pass
+            with anyio.move_on_after(10):
+                self.exit_code = await self._process.wait()
+            if self.exit_code is None:
+                self._process.kill()
+                self.exit_code = await self._process.wait()
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+
+    # -- the protocol -----------------------------------------------------------------------------
+
+    async def connect(self, deadline_s: float = 15.0) -> dict[str, Any]:
+        """The handshake of the client's era; returns the server's answer."""
+        if self.era == "legacy":
+            params = {"protocolVersion": LEGACY_VERSIONS[-1], "capabilities": {}, "clientInfo": CLIENT_INFO}
+            result = await self.request("initialize", params, deadline_s=deadline_s)
+            await self.notify("notifications/initialized")
+            return result
+        return await self.request("server/discover", {}, deadline_s=deadline_s)
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        result = await self.request("tools/list", {})
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            raise MalformedResponse("wrong_type", "tools/list result has no list of tools")
+        self.tools_changed = False
+        return tools
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], *, deadline_s: float | None = None) -> Any:
+        """The tool's result (its structuredContent when present); raises a CallError subclass."""
+        result = await self.request("tools/call", {"name": name, "arguments": dict(arguments)}, deadline_s=deadline_s)
+        if result.get("isError") is True:
+            texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
+            raise ToolError(" ".join(texts) or "tool reported an error")
+        return result.get("structuredContent", result)
+
+    async def request(
+        self, method: str, params: Mapping[str, Any], *, deadline_s: float | None = None
+    ) -> dict[str, Any]:
+        request_id = next(self._ids)
+        tool = params.get("name") if method == "tools/call" else None
+        attempt = Attempt(request_id, method, tool if isinstance(tool, str) else None, time.monotonic())
+        self.attempts.append(attempt)
+        waiter = _Waiter(attempt)
+        self._waiting[request_id] = waiter
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": self._with_meta(params)}
+        try:
+            await self._send(body)
+            with anyio.fail_after(self.deadline_s if deadline_s is None else deadline_s):
+                await waiter.done.wait()
+        except TimeoutError:
+            self._finish(attempt, "timeout", "no answer within the deadline")
+            await self._cancel(request_id)
+            raise CallTimeout(f"{method} {attempt.tool or ''}: no answer in {deadline_s or self.deadline_s}s") from None
+        except CallError as exc:
+            self._finish(attempt, exc.failure, str(exc))
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+        if waiter.error is not None:
+            self._finish(attempt, waiter.error.failure, str(waiter.error))
+            raise waiter.error
+        assert waiter.body is not None
+        error = waiter.body.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            failure = ProtocolError(code if isinstance(code, int) else 0, str(error.get("message", "")))
+            self._finish(attempt, failure.failure, str(failure))
+            raise failure
+        result = waiter.body.get("result")
+        if not isinstance(result, dict):
+            malformed = MalformedResponse("wrong_type", f"result is a JSON {type(result).__name__}")
+            self._finish(attempt, malformed.failure, str(malformed))
+            raise malformed
+        if method == "tools/call" and result.get("isError") is True:
+            self._finish(attempt, ToolError.failure, "isError: true")
+        else:
+            self._finish(attempt, "ok", "")
+        return result
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            body["params"] = dict(params)
+        await self._send(body)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _with_meta(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(params)
+        if self.era == "modern":
+            meta = dict(out.get("_meta") or {})
+            meta[META_PROTOCOL_VERSION] = MODERN_VERSIONS[-1]
+            meta["io.modelcontextprotocol/clientInfo"] = CLIENT_INFO
+            meta["io.modelcontextprotocol/clientCapabilities"] = {}
+            out["_meta"] = meta
+        return out
+
+    @staticmethod
+    def _finish(attempt: Attempt, outcome: str, detail: str) -> None:
+        if attempt.outcome == "pending":
+            attempt.outcome, attempt.detail = outcome, detail
+            attempt.duration_s = time.monotonic() - attempt.started
+
+    async def _send(self, body: Mapping[str, Any]) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            await self._process.stdin.send(jsonrpc.encode(dict(body)))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise UpstreamError(f"the MCP server's stdin is closed ({exc}); it has exited") from None
+
+    async def _cancel(self, request_id: int) -> None:
+        try:
+            await self.notify("notifications/cancelled", {"requestId": request_id, "reason": "deadline exceeded"})
+        except UpstreamError:
+            pass
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        splitter = LineSplitter()
+        try:
+            async for chunk in self._process.stdout:
+                for line in splitter.feed(chunk):
+                    await self._on_line(line)
+        except (anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            for waiter in list(self._waiting.values()):
+                waiter.error = CallError("the MCP server closed its stdout (it exited)")
+                waiter.done.set()
+            self._closed.set()
+
+    async def _on_line(self, line: bytes) -> None:
+        message = jsonrpc.parse(line)
+        if message.kind is MessageKind.RESPONSE:
+            assert message.body is not None
+            request_id = message.body.get("id")
+            waiter = self._waiting.get(request_id) if isinstance(request_id, int) else None
+            if waiter is not None:
+                waiter.body = message.body
+                waiter.done.set()
+            else:
+                self._blame_single("wrong_id", f"an answer for id {request_id!r}, which nobody asked for")
+        elif message.kind is MessageKind.NOTIFICATION:
+            if message.method == "notifications/tools/list_changed":
+                self.tools_changed = True
+        elif message.kind is MessageKind.REQUEST:
+            assert message.body is not None
+            answer = jsonrpc.error_response(message.body["id"], jsonrpc.METHOD_NOT_FOUND, "not supported here")
+            await self._send(answer)
+        else:
+            kind = "missing_result" if message.why_opaque.startswith("a JSON object") else "not_json"
+            self._blame_single(kind, message.why_opaque)
+
+    def _blame_single(self, kind: str, detail: str) -> None:
+        if len(self._waiting) == 1:
+            waiter = next(iter(self._waiting.values()))
+            waiter.error = MalformedResponse(kind, detail)
+            waiter.done.set()
