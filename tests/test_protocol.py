@@ -37,7 +37,7 @@ def test_parse_classifies_without_raising(line: bytes, kind: MessageKind) -> Non
 
 def test_id_key_keeps_json_types_apart() -> None:
     assert jsonrpc.id_key(1) != jsonrpc.id_key("1")
-    assert jsonrpc.id_key(None) == "null"
+    assert jsonrpc.id_key(None) != jsonrpc.id_key("null")
 
 
 def test_encode_is_one_line_even_with_line_separators() -> None:

@@ -15,6 +15,7 @@ from random import Random
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import META_PROTOCOL_VERSION
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,12 @@ class Call:
         """The name a rule's glob matches: the tool of a tools/call."""
         name = self.params.get("name")
         return name if isinstance(name, str) else None
+
+    @property
+    def modern(self) -> bool:
+        """Sent in the 2026-07-28 era (per-request ``_meta`` protocol version)."""
+        meta = self.params.get("_meta")
+        return isinstance(meta, Mapping) and META_PROTOCOL_VERSION in meta
 
     @property
     def arguments(self) -> Mapping[str, Any]:

@@ -23,5 +23,5 @@ class Error(FaultBase):
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         if self.mode == "tool":
             text = self.message if self.message != "Internal error" else "Tool execution failed"
-            return Injection("tool", reply=jsonrpc.tool_error_result(call.request_id, text))
+            return Injection("tool", reply=jsonrpc.tool_error_result(call.request_id, text, modern=call.modern))
         return Injection("protocol", reply=jsonrpc.error_response(call.request_id, self.code, self.message))

