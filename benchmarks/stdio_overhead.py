@@ -1,0 +1,719 @@
+"""What does mcpfault cost on the wire, next to talking to the server directly and to a minimal relay?
+
+For each configuration (a named command that speaks MCP on stdio) this starts the command, does
+the ``initialize`` handshake, then measures
+
+1. latency: ``--calls`` sequential ``tools/call`` echo round trips, each timed on its own;
+2. pipelined throughput: ``--burst`` requests written by a thread while the main thread reads
+   every reply; messages/s = burst / elapsed.
+
+Rounds are interleaved (each round runs every configuration once, in rotating order) so drift
+and noise on the machine land on all configurations alike; figures are medians across rounds.
+Every reply is checked (id and echoed text) after timing, so a fast but wrong transport fails.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/stdio_overhead.py                 # full run
+    .venv/bin/python benchmarks/stdio_overhead.py --quick         # smoke run
+    .venv/bin/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md
+
+Only pipes to local child processes; no network. Every read has a deadline and every child
+(and its process group) is killed at the end, so the run always stops on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import select
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ECHO_SERVER = HERE / "echo_server.py"
+RELAY = HERE / "relay.py"
+DEFAULT_PROFILE = "profiles/baseline.toml"
+PROTOCOL_VERSION = "2025-11-25"
+CHUNK = 65536
+FULL = {"calls": 2000, "burst": 20000, "rounds": 5, "warmup": 200}
+QUICK = {"calls": 300, "burst": 3000, "rounds": 2, "warmup": 50}
+
+
+class BenchError(RuntimeError):
+    """A configuration misbehaved: no reply in time, a wrong reply, an early exit."""
+
+    def __init__(self, message: str, config: str | None = None) -> None:
+        super().__init__(message)
+        self.config = config
+
+
+@contextlib.contextmanager
+def blame(name: str) -> Iterator[None]:
+    """Tag a failure with the configuration it happened in (several children are alive at once)."""
+    try:
+        yield
+    except BenchError as exc:
+        if exc.config is None:
+            exc.config = name
+        raise
+
+
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    command: tuple[str, ...]
+
+
+def _display_path(path: str | Path) -> str:
+    # Commands in the report read better relative to the repo root, where they are meant to run.
+    text = str(path)
+    with contextlib.suppress(ValueError):
+        rel = os.path.relpath(text, Path.cwd())
+        if not rel.startswith(".."):
+            return rel
+    return text
+
+
+def default_configs(profile: str) -> list[Config]:
+    python = sys.executable
+    server = (python, str(ECHO_SERVER))
+    return [
+        Config("direct", server),
+        Config("relay", (python, str(RELAY), "--", *server)),
+        # `-m mcpfault` is the same entry point as .venv/bin/mcpfault without depending on PATH.
+        Config("mcpfault", (python, "-m", "mcpfault", "proxy", "--config", profile, "--", *server)),
+    ]
+
+
+def parse_extra_config(spec: str) -> Config:
+    name, sep, command = spec.partition("=")
+    if not sep or not name.strip() or not command.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=COMMAND, got {spec!r}")
+    return Config(name.strip(), tuple(shlex.split(command)))
+
+
+# --------------------------------------------------------------------------- child process I/O
+
+
+class LineReader:
+    """Reads newline-terminated messages from a pipe fd with a deadline on every wait.
+
+    Kept deliberately thin (os.read + bytes.find) so the client adds as little as possible to
+    the round trip being measured.
+    """
+
+    def __init__(self, fd: int, timeout: float) -> None:
+        self.fd = fd
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.pos = 0
+
+    def _fill(self) -> None:
+        ready, _, _ = select.select([self.fd], [], [], self.timeout)
+        if not ready:
+            raise BenchError(f"no data from the child within {self.timeout:g} s")
+        data = os.read(self.fd, CHUNK)
+        if not data:
+            raise BenchError("the child closed its stdout (exited?)")
+        if self.pos:
+            # Compact only when refilling, so consuming a line never moves the whole buffer.
+            del self.buf[: self.pos]
+            self.pos = 0
+        self.buf += data
+
+    def readline(self) -> bytes:
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            if end >= 0:
+                line = bytes(self.buf[self.pos : end + 1])
+                self.pos = end + 1
+                return line
+            self._fill()
+
+    def read_lines(self, count: int) -> list[bytes]:
+        """Read exactly ``count`` lines; counts newlines per chunk instead of splitting eagerly."""
+        seen = self.buf.count(b"\n", self.pos)
+        while seen < count:
+            before = len(self.buf) - self.pos
+            self._fill()
+            seen += self.buf.count(b"\n", self.pos + before)
+        lines: list[bytes] = []
+        for _ in range(count):
+            lines.append(self.readline())
+        return lines
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Child:
+    """One running configuration: pipes in raw fds, stderr to a temp file (never our pipes)."""
+
+    def __init__(self, config: Config, timeout: float, stderr: IO[bytes]) -> None:
+        self.config = config
+        self.stderr = stderr
+        try:
+            self.proc = subprocess.Popen(
+                config.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                bufsize=0,
+                cwd=ROOT,
+                # Own process group, so the cleanup also reaches grandchildren (the proxied server).
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BenchError(f"cannot start {shlex.join(config.command)}: {exc}", config.name) from None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.wfd = self.proc.stdin.fileno()
+        self.reader = LineReader(self.proc.stdout.fileno(), timeout)
+        self.next_id = 100  # ids below are the handshake's
+
+    def take_ids(self, count: int) -> range:
+        # Ids never repeat within a child, so a late or duplicated reply cannot pass the checks.
+        ids = range(self.next_id, self.next_id + count)
+        self.next_id += count
+        return ids
+
+    def send(self, data: bytes) -> None:
+        try:
+            write_all(self.wfd, data)
+        except BrokenPipeError:
+            raise BenchError("the child closed its stdin (exited?)") from None
+
+    def request(self, msg_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode() + b"\n")
+        reply = decode(self.reader.readline())
+        if reply.get("id") != msg_id:
+            raise BenchError(f"{method}: expected the reply to id {msg_id}, got {reply!r:.300}")
+        if "result" not in reply:
+            raise BenchError(f"{method}: expected a result, got {reply!r:.300}")
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - limit))
+        return self.stderr.read().decode("utf-8", "replace")
+
+    def close(self, grace: float) -> int | None:
+        """EOF the child, give it ``grace`` seconds to leave, then kill its whole group."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        code: int | None
+        try:
+            code = self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            code = None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if code is None:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()  # type: ignore[union-attr]
+        return code
+
+
+@contextlib.contextmanager
+def running(config: Config, timeout: float, grace: float, exit_codes: list[int | None]) -> Iterator[Child]:
+    with tempfile.TemporaryFile() as stderr:
+        child = Child(config, timeout, stderr)
+        try:
+            yield child
+        except BaseException as exc:
+            exit_codes.append(child.close(grace=0.5))
+            tail = child.stderr_tail()
+            # Only the culprit's stderr is worth showing; the others were merely alive at the time.
+            if isinstance(exc, BenchError):
+                culprit = exc.config in (None, config.name)
+            else:
+                culprit = not isinstance(exc, KeyboardInterrupt)
+            if culprit and tail.strip():
+                print(f"--- stderr of {config.name} (tail) ---\n{tail}\n---", file=sys.stderr)
+            raise
+        else:
+            exit_codes.append(child.close(grace))
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        raise BenchError(f"not JSON: {line[:300]!r}") from None
+    if not isinstance(value, dict):
+        raise BenchError(f"not a JSON object: {line[:300]!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- the measurements
+
+
+def echo_request(msg_id: int, text: str) -> bytes:
+    # Compact, like a real client would send; json.dumps of the text alone handles the escaping.
+    return (
+        '{"jsonrpc":"2.0","id":'
+        + str(msg_id)
+        + ',"method":"tools/call","params":{"name":"echo","arguments":{"text":'
+        + json.dumps(text)
+        + "}}}\n"
+    ).encode()
+
+
+def echo_text(msg_id: int, payload: str) -> str:
+    # The id inside the text lets the check catch replies paired with the wrong request.
+    return f"{msg_id}:{payload}"
+
+
+def check_echo_replies(lines: Sequence[bytes], ids: Sequence[int], payload: str, ordered: bool) -> None:
+    by_id: dict[Any, dict[str, Any]] = {}
+    for index, line in enumerate(lines):
+        reply = decode(line)
+        if ordered and reply.get("id") != ids[index]:
+            raise BenchError(f"reply {index}: expected id {ids[index]}, got {line[:300]!r}")
+        if reply.get("id") in by_id:
+            raise BenchError(f"duplicate reply for id {reply.get('id')!r}")
+        by_id[reply.get("id")] = reply
+    missing = [i for i in ids if i not in by_id]
+    if missing or len(by_id) != len(ids):
+        raise BenchError(f"{len(missing)} replies missing (first ids {missing[:5]}), {len(by_id)} received")
+    for msg_id in ids:
+        reply = by_id[msg_id]
+        expected = echo_text(msg_id, payload)
+        result = reply.get("result")
+        ok = (
+            isinstance(result, dict)
+            and result.get("isError") is False
+            and result.get("content") == [{"type": "text", "text": expected}]
+            and result.get("structuredContent") == {"text": expected}
+        )
+        if not ok:
+            raise BenchError(f"id {msg_id}: wrong reply {json.dumps(reply)[:300]}")
+
+
+def handshake(child: Child) -> None:
+    result = child.request(
+        0,
+        "initialize",
+        {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "mcpfault-stdio-bench", "version": "1.0.0"},
+        },
+    )
+    if result.get("protocolVersion") != PROTOCOL_VERSION:
+        raise BenchError(f"initialize: unexpected result {result!r:.300}")
+    child.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    tools = child.request(1, "tools/list").get("tools")
+    if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("name") == "echo" for t in tools):
+        raise BenchError(f"tools/list: no echo tool in {tools!r:.300}")
+
+
+def measure_latency(child: Child, calls: int, payload: str) -> list[int]:
+    """Sequential round trips; returns per-call nanoseconds."""
+    ids = child.take_ids(calls)
+    # Built up front so the timed loop is only write, read, clock.
+    requests = [echo_request(i, echo_text(i, payload)) for i in ids]
+    replies: list[bytes] = []
+    samples: list[int] = []
+    send, readline, clock = child.send, child.reader.readline, time.perf_counter_ns
+    for request in requests:
+        start = clock()
+        send(request)
+        reply = readline()
+        samples.append(clock() - start)
+        replies.append(reply)
+    check_echo_replies(replies, ids, payload, ordered=True)
+    return samples
+
+
+def measure_burst(child: Child, burst: int, payload: str) -> int:
+    """Pipelined burst: a writer thread floods requests while we read; returns elapsed nanoseconds."""
+    ids = child.take_ids(burst)
+    blob = b"".join(echo_request(i, echo_text(i, payload)) for i in ids)
+    failure: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            child.send(blob)
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+
+    # Daemon: if the child stalls, the writer blocks in os.write until cleanup kills the child.
+    thread = threading.Thread(target=writer, name=f"burst-writer-{child.config.name}", daemon=True)
+    start = time.perf_counter_ns()
+    thread.start()
+    try:
+        lines = child.reader.read_lines(burst)
+    except BenchError:
+        if failure:
+            raise BenchError(f"writer failed: {failure[0]!r}") from None
+        raise
+    elapsed = time.perf_counter_ns() - start
+    thread.join(timeout=child.reader.timeout)
+    if failure:
+        raise BenchError(f"writer failed: {failure[0]!r}")
+    # Ordering is not part of JSON-RPC, so only completeness and correctness are required here.
+    check_echo_replies(lines, ids, payload, ordered=False)
+    return elapsed
+
+
+# --------------------------------------------------------------------------- rounds and stats
+
+
+@dataclass
+class RoundResult:
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    msgs_per_s: float
+
+
+@dataclass
+class Summary:
+    config: Config
+    rounds: list[RoundResult] = field(default_factory=list)
+    exit_codes: list[int | None] = field(default_factory=list)
+
+    def median(self, attr: str) -> float:
+        return float(statistics.median(getattr(r, attr) for r in self.rounds))
+
+
+def percentile(sorted_values: Sequence[int], pct: float) -> float:
+    # Nearest rank: always a value that was actually observed.
+    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
+    return float(sorted_values[rank - 1])
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` as ``parts`` near-equal positive sizes."""
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def rotated(count: int, shift: int) -> list[int]:
+    # Rotating the order means no configuration is always measured first (or last) in a block.
+    shift %= count
+    return [*range(shift, count), *range(shift)]
+
+
+def run_round(summaries: list[Summary], round_index: int, args: argparse.Namespace) -> list[RoundResult]:
+    """One round: every configuration alive side by side, measured in small alternating blocks.
+
+    On a small VM the cost of waking a sleeping process (most of a round trip) shifts by several
+    times within seconds as other work comes and goes; alternating blocks of ~100 calls exposes
+    every configuration to the same shifts, which one-after-the-other runs do not.
+    """
+    count = len(summaries)
+    latency: list[list[int]] = [[] for _ in summaries]
+    elapsed_ns = [0] * count
+    with contextlib.ExitStack() as stack:
+        by_index: dict[int, Child] = {}
+        for index in rotated(count, round_index):
+            summary = summaries[index]
+            with blame(summary.config.name):
+                child = stack.enter_context(running(summary.config, args.timeout, args.grace, summary.exit_codes))
+                handshake(child)
+                measure_latency(child, args.warmup, args.payload)  # warm-up, discarded
+            by_index[index] = child
+        for block, size in enumerate(split(args.calls, math.ceil(args.calls / args.block))):
+            for index in rotated(count, round_index + block):
+                with blame(summaries[index].config.name):
+                    latency[index] += measure_latency(by_index[index], size, args.payload)
+        for part, size in enumerate(split(args.burst, args.burst_parts)):
+            for index in rotated(count, round_index + part):
+                with blame(summaries[index].config.name):
+                    elapsed_ns[index] += measure_burst(by_index[index], size, args.payload)
+    results = []
+    for samples, elapsed in zip(latency, elapsed_ns, strict=True):
+        samples.sort()
+        results.append(
+            RoundResult(
+                p50_us=percentile(samples, 50) / 1000,
+                p90_us=percentile(samples, 90) / 1000,
+                p99_us=percentile(samples, 99) / 1000,
+                msgs_per_s=args.burst / (elapsed / 1e9),
+            )
+        )
+    return results
+
+
+def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
+    summaries = [Summary(c) for c in configs]
+    for round_index in range(args.rounds):
+        results = run_round(summaries, round_index, args)
+        progress = []
+        for summary, result in zip(summaries, results, strict=True):
+            summary.rounds.append(result)
+            progress.append(
+                f"{summary.config.name} p50 {result.p50_us:.1f} us p99 {result.p99_us:.1f} us"
+                f" {result.msgs_per_s:,.0f} msg/s"
+            )
+        print(f"round {round_index + 1}/{args.rounds}: " + " | ".join(progress), file=sys.stderr)
+    return summaries
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
+    base = next((s for s in summaries if s.config.name == "direct"), None)
+    header = ["config", "p50 us", "p90 us", "p99 us", "+p50 us", "+p99 us", "msgs/s", "msgs/s min-max"]
+    rows = []
+    for s in summaries:
+        p50, p99 = s.median("p50_us"), s.median("p99_us")
+        added_p50 = f"{p50 - base.median('p50_us'):+.1f}" if base else "n/a"
+        added_p99 = f"{p99 - base.median('p99_us'):+.1f}" if base else "n/a"
+        rates = [r.msgs_per_s for r in s.rounds]
+        rows.append(
+            [
+                s.config.name,
+                f"{p50:.1f}",
+                f"{s.median('p90_us'):.1f}",
+                f"{p99:.1f}",
+                added_p50,
+                added_p99,
+                f"{s.median('msgs_per_s'):,.0f}",
+                f"{min(rates):,.0f}-{max(rates):,.0f}",
+            ]
+        )
+    return header, rows
+
+
+def ratios(summaries: list[Summary]) -> list[str]:
+    by_name = {s.config.name: s for s in summaries}
+    if not {"direct", "relay", "mcpfault"} <= by_name.keys():
+        return ["ratios need the direct, relay and mcpfault configurations"]
+    direct, relay, proxy = by_name["direct"], by_name["relay"], by_name["mcpfault"]
+    lines = []
+    relay_added = relay.median("p50_us") - direct.median("p50_us")
+    proxy_added = proxy.median("p50_us") - direct.median("p50_us")
+    if relay_added > 0:
+        ratio = proxy_added / relay_added
+        verdict = "meets" if ratio <= 1.5 else "MISSES"
+        lines.append(
+            f"mcpfault added p50 / relay added p50 = {proxy_added:.1f} / {relay_added:.1f} us"
+            f" = {ratio:.2f} ({verdict} target <= 1.5)"
+        )
+    else:
+        lines.append(f"relay added p50 is {relay_added:.1f} us (not > 0): latency ratio undefined, noise dominates")
+    rate_ratio = proxy.median("msgs_per_s") / relay.median("msgs_per_s")
+    verdict = "meets" if rate_ratio >= 0.8 else "MISSES"
+    lines.append(
+        f"mcpfault msgs/s / relay msgs/s = {proxy.median('msgs_per_s'):,.0f} / {relay.median('msgs_per_s'):,.0f}"
+        f" = {rate_ratio:.2f} ({verdict} target >= 0.8)"
+    )
+    return lines
+
+
+def format_text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = []
+    for index, row in enumerate([header, *rows]):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    return shlex.join([_display_path(sys.executable), _display_path(sys.argv[0]), *sys.argv[1:]])
+
+
+def machine() -> str:
+    uname = os.uname()
+    return (
+        f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
+        f"Python {platform.python_version()} ({platform.python_implementation()}), {uname.sysname} {uname.release}"
+    )
+
+
+def load_average() -> str:
+    # Other work on the machine changes wake-up costs a lot; the report should show how busy it was.
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def markdown_report(
+    summaries: list[Summary], args: argparse.Namespace, started: dt.datetime, loads: tuple[str, str]
+) -> str:
+    header, rows = table_rows(summaries)
+    config_lines = [
+        f"- `{s.config.name}`: `{shlex.join(_display_path(p) for p in s.config.command)}`" for s in summaries
+    ]
+    round_header = ["config", *[f"round {i + 1} p50 us / msgs/s" for i in range(args.rounds)]]
+    round_rows = [[s.config.name, *[f"{r.p50_us:.1f} / {r.msgs_per_s:,.0f}" for r in s.rounds]] for s in summaries]
+    return "\n".join(
+        [
+            "# Performance: stdio overhead",
+            "",
+            "## direct vs minimal relay vs mcpfault",
+            "",
+            "Generated by `benchmarks/stdio_overhead.py` (see `benchmarks/README.md`). Latency is the time of one"
+            " sequential `tools/call` echo round trip seen by the client; `+p50`/`+p99` are added over `direct`."
+            " Throughput is a pipelined burst of requests written by one thread while another reads the replies."
+            " In each round all configurations run side by side and are measured in alternating blocks"
+            " (rotating order), so machine noise hits them alike; each figure is the median across rounds.",
+            "",
+            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}",
+            f"- Machine: {machine()}",
+            f"- Load average (1/5/15 min) at start: {loads[0]}; at end: {loads[1]}",
+            f"- Command: `{command_line()}`",
+            f"- Settings: {args.rounds} rounds, {args.calls} sequential calls (+{args.warmup} warm-up),"
+            f" in blocks of {args.block}; burst of {args.burst} in {args.burst_parts} parts;"
+            f" payload {len(args.payload)} bytes of text",
+            "",
+            format_markdown_table(header, rows),
+            "",
+            *[f"- {line}" for line in ratios(summaries)],
+            "",
+            "Configurations:",
+            "",
+            *config_lines,
+            "",
+            "Per round:",
+            "",
+            format_markdown_table(round_header, round_rows),
+            "",
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    # None means "not given", so --quick can fill in only what the command line left open.
+    parser.add_argument("--calls", type=int, help="sequential round trips per run (default 2000)")
+    parser.add_argument("--burst", type=int, help="pipelined requests per run (default 20000)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5)")
+    parser.add_argument("--warmup", type=int, help="untimed round trips before timing (default 200)")
+    parser.add_argument("--block", type=int, default=100, help="calls per alternating latency block (default 100)")
+    parser.add_argument(
+        "--burst-parts", type=int, default=4, help="sub-bursts the burst is split into, alternating (default 4)"
+    )
+    parser.add_argument("--payload-bytes", type=int, default=64, help="echoed text size (default 64)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: --calls 300 --burst 3000 --rounds 2 --warmup 50"
+    )
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, help=f"mcpfault profile (default {DEFAULT_PROFILE})")
+    parser.add_argument(
+        "--config",
+        dest="extra",
+        action="append",
+        default=[],
+        type=parse_extra_config,
+        metavar="NAME=COMMAND",
+        help="an extra configuration to measure (repeatable); COMMAND is split like a shell would",
+    )
+    parser.add_argument("--only", help="comma-separated configuration names to run (default: all)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for any message (default 10)")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds a child gets to exit after EOF (default 5)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if min(args.calls, args.burst, args.rounds, args.block, args.burst_parts) < 1:
+        print("--calls, --burst, --rounds, --block and --burst-parts must be >= 1", file=sys.stderr)
+        return 2
+    if args.warmup < 0 or args.payload_bytes < 0:
+        print("--warmup and --payload-bytes must be >= 0", file=sys.stderr)
+        return 2
+    args.payload = "x" * args.payload_bytes
+
+    # Children run in the repo root; a profile path relative to the caller's cwd must survive that.
+    profile = Path(args.profile)
+    if not profile.is_absolute() and profile.exists():
+        profile = profile.resolve()
+    configs = default_configs(str(profile)) + args.extra
+    if args.only:
+        wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = set(wanted) - {c.name for c in configs}
+        if unknown:
+            print(f"--only: unknown configuration(s) {sorted(unknown)}", file=sys.stderr)
+            return 2
+        configs = [c for c in configs if c.name in wanted]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        print(f"configuration names must be unique: {names}", file=sys.stderr)
+        return 2
+    if "mcpfault" in names and not (ROOT / profile).exists():
+        print(f"profile {args.profile} not found; pass --profile FILE or --only direct,relay", file=sys.stderr)
+        return 2
+
+    started = dt.datetime.now(dt.UTC).astimezone()
+    load_at_start = load_average()
+    try:
+        summaries = run(configs, args)
+    except BenchError as exc:
+        print(f"\nbenchmark failed in {exc.config or '?'}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+    header, rows = table_rows(summaries)
+    print()
+    print(format_text_table(header, rows))
+    print()
+    for line in ratios(summaries):
+        print(line)
+    for s in summaries:
+        odd = [code for code in s.exit_codes if code != 0]
+        if odd:
+            # Not fatal for the figures, but a clean EOF should end every transport with 0.
+            print(f"warning: {s.config.name} exit codes after EOF: {s.exit_codes} (None = had to be killed)")
+    loads = (load_at_start, load_average())
+    print(f"\nmachine: {machine()}; load average at start {loads[0]}, at end {loads[1]}")
+    if args.markdown:
+        path = Path(args.markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown_report(summaries, args, started, loads), encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
