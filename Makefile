@@ -1,0 +1,38 @@
+# The two commands of the README: `make run` (the main job, embedded default) and `make test`.
+# Each does its own set-up on a fresh clone: a virtualenv in .venv, and the npm peers for the tests.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+NPM_STAMP := tests/npm/node_modules/.installed-stamp
+
+.PHONY: run test lint bench setup clean
+
+run: $(STAMP)
+	$(BIN)/mcpfault run
+
+test: $(STAMP) $(NPM_STAMP) lint
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md
+
+setup: $(STAMP) $(NPM_STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+$(NPM_STAMP): tests/npm/package.json tests/npm/package-lock.json
+	npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error
+	touch $@
+
+clean:
+	rm -rf $(VENV) tests/npm/node_modules .mypy_cache .ruff_cache .pytest_cache
