@@ -17,7 +17,7 @@ from mcpfault.faults.stale import Stale
 from mcpfault.faults.timeout import Timeout
 from mcpfault.protocol import jsonrpc
 
-RESPONSE = {
+RESPONSE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 5,
     "result": {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -150,7 +151,7 @@ rule_tables = st.dictionaries(
         {}, optional={"seed": toml_scalars, "name": toml_scalars, "faults": st.lists(rule_tables, max_size=4)}
     )
 )
-def test_random_documents_never_crash_validation(document: dict) -> None:
+def test_random_documents_never_crash_validation(document: dict[str, Any]) -> None:
     try:
         profile.from_mapping(document, source="fuzz.toml")
     except ProfileError as exc:

@@ -210,7 +210,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot create the directory ({exc.strerror}); choose another") from None
     config = SessionConfig(args.profile, out, args.calls, args.seed, args.era, args.deadline)
-    console = Console(stderr=False)
+    # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
+    console = Console(width=None if sys.stdout.isatty() else 110)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"session: {args.profile.stem}", total=args.calls)
         result = anyio.run(run_session, config, lambda n: bar.advance(task, n))

@@ -34,13 +34,13 @@ record = open(args.record, "ab") if args.record else None  # noqa: SIM115
 counter = 0
 
 
-def send(message: dict) -> None:
+def send(message: dict[str, object]) -> None:
     out.write(json.dumps(message).encode() + b"\n")
     out.flush()
 
 
-def result(request_id: object, text: str, structured: dict | None = None) -> None:
-    body: dict = {"content": [{"type": "text", "text": text}], "isError": False}
+def result(request_id: object, text: str, structured: dict[str, object] | None = None) -> None:
+    body: dict[str, object] = {"content": [{"type": "text", "text": text}], "isError": False}
     if structured is not None:
         body["structuredContent"] = structured
     send({"jsonrpc": "2.0", "id": request_id, "result": body})

@@ -13,7 +13,7 @@ def render(stats: Stats, engine: Engine, era: EraTracker, out: TextIO) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=110, highlight=False)
+    console = Console(file=out, width=None if out.isatty() else 110, highlight=False)
     total = sum(stats.requests.values())
     version = era.protocol_version or "unknown"
     table = Table(title=f"mcpfault: profile {engine.profile.name!r} (seed {engine.profile.seed})", title_justify="left")
