@@ -8,9 +8,11 @@ the server's own status (128+N when a signal N ended it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mcpfault import __version__
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
@@ -62,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
     proxy.add_argument("--events", type=Path, metavar="FILE.jsonl", help="write one JSON line per request")
+    proxy.add_argument("--seed", type=int, help="use this seed instead of the profile's")
     proxy.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -88,18 +91,37 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="one session through the proxy to the bundled mock server, with a summary",
-        description="Start the proxy with PROFILE in front of the bundled mock server, drive a scripted session "
-        "of tool calls through it, and print what the client saw and what the proxy injected. Writes attempts, "
-        "proxy events, the proxy's log and the server's final state under --out.",
+        help="one session: an agent runs tasks through the proxy against the bundled mock server",
+        description="Start the proxy with PROFILE in front of the bundled mock server and let AGENT run TASKS "
+        "tasks through it, one after another. Judges every task (success, recovered, failed_detected, "
+        "failed_silent) and prints a summary. Writes attempts, proxy events, the proxy's log, the server's final "
+        "state and the task records under --out.",
     )
-    run.add_argument("--profile", type=Path, default=Path("profiles/mixed.toml"), help="default profiles/mixed.toml")
-    run.add_argument("--calls", type=int, default=200, help="tool calls after discovery (default 200)")
-    run.add_argument("--seed", type=int, default=0, help="mock world seed (default 0)")
+    run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
+    run.add_argument("--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>")
+    run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
+    run.add_argument("--seed", type=int, default=0, help="world and task seed (default 0)")
     run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
     run.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
-    run.add_argument("--out", type=Path, help="output directory (default runs/<time>-<profile>)")
+    run.add_argument("--out", type=Path, help="output directory (default runs/<time>-<profile>-<agent>)")
     run.set_defaults(handler=_run)
+
+    bench = commands.add_parser(
+        "bench",
+        help="the matrix of profiles x agents; outcomes, retries, duplicates, recovery time; report.md and charts",
+        description="Run every agent under every profile (TASKS tasks per cell, in sessions of SESSION_TASKS run "
+        "JOBS at a time), judge every task, and write records.jsonl, report.md and SVG charts under --out. "
+        "With no arguments: the 9 bundled profiles x naive, retry-only, resilient x 100 tasks.",
+    )
+    bench.add_argument("--profiles", help="comma-separated names or .toml paths (default: the 9 bundled profiles)")
+    bench.add_argument("--agents", help="comma-separated agent names (default: naive,retry-only,resilient)")
+    bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
+    bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
+    bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
+    bench.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
+    bench.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
+    bench.add_argument("--out", type=Path, help="output directory (default runs/bench-<time>)")
+    bench.set_defaults(handler=_bench)
 
     mock = commands.add_parser(
         "mock-server",
@@ -135,7 +157,10 @@ def _proxy(args: argparse.Namespace) -> int:
         raise UsageError("no server command; put it after '--', e.g. mcpfault proxy -c P.toml -- mcpfault mock-server")
     if args.shutdown_timeout < 0:
         raise UsageError(f"--shutdown-timeout {args.shutdown_timeout} is negative; give seconds >= 0")
-    engine = Engine(profile.load(args.config))
+    loaded = profile.load(args.config)
+    if args.seed is not None:
+        loaded = dataclasses.replace(loaded, seed=args.seed)
+    engine = Engine(loaded)
     events: EventSink | None = None
     if args.events is not None:
         try:
@@ -188,47 +213,139 @@ def _faults(_args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace) -> int:
+def _output_dir(out: Path | None, default_name: str) -> Path:
     import time
 
-    import anyio
+    path = out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_name}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write there ({exc.strerror}); choose another directory") from None
+    return path
+
+
+def _console() -> Any:
     from rich.console import Console
+
+    # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
+    return Console(width=None if sys.stdout.isatty() else 110)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import anyio
     from rich.progress import Progress
-    from rich.table import Table
 
+    from mcpfault.analysis.records import write_records
     from mcpfault.faults import profile
-    from mcpfault.harness.session import SessionConfig, run_session
+    from mcpfault.harness.agents.policies import check_agent_name
+    from mcpfault.harness.agents.tasks import plan_tasks
+    from mcpfault.harness.bench import resolve_profile
+    from mcpfault.harness.report import print_outcomes
+    from mcpfault.harness.session import SessionPlan, run_session
+    from mcpfault.mock.world import World
 
-    profile.load(args.profile)  # refuse an invalid profile before anything starts
-    if args.calls < 1:
-        raise UsageError(f"--calls {args.calls}: give at least 1")
+    profile_path = resolve_profile(args.profile)
+    loaded = profile.load(profile_path)
+    agent = check_agent_name(args.agent)
+    if args.tasks < 1:
+        raise UsageError(f"--tasks {args.tasks}: give at least 1")
     if args.deadline <= 0:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
-    out = args.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile.stem}"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot create the directory ({exc.strerror}); choose another") from None
-    config = SessionConfig(args.profile, out, args.calls, args.seed, args.era, args.deadline)
-    # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
-    console = Console(width=None if sys.stdout.isatty() else 110)
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"session: {args.profile.stem}", total=args.calls)
-        result = anyio.run(run_session, config, lambda n: bar.advance(task, n))
-    outcomes = sorted({o for counts in result.by_tool().values() for o in counts})
-    table = Table(title=f"client view: {args.calls} calls, profile {args.profile.stem!r}, era {args.era}")
-    table.add_column("tool")
-    for outcome in outcomes:
-        table.add_column(outcome, justify="right")
-    for tool, counts in sorted(result.by_tool().items()):
-        table.add_row(tool, *(str(counts.get(o, 0)) for o in outcomes))
-    console.print(table)
-    proxy_log = (out / "proxy.log").read_text(errors="replace")
-    console.print(proxy_log.rstrip(), markup=False, highlight=False)
-    console.print(
-        f"wall time {result.wall_s:.1f} s; files in {out}/ (attempts.jsonl, events.jsonl, proxy.log, server-state.json)"
+    out = _output_dir(args.out, f"{loaded.name}-{agent}")
+    world = World.generate(args.seed)
+    plan = SessionPlan(
+        profile=profile_path,
+        profile_name=loaded.name,
+        agent=agent,
+        tasks=tuple(plan_tasks(world, args.tasks, args.seed)),
+        out_dir=out,
+        world_seed=args.seed,
+        deadline_s=args.deadline,
+        era=args.era,
+        proxy_summary=True,
     )
+    console = _console()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
+        result = anyio.run(run_session, plan, world, lambda: bar.advance(task))
+    write_records(out / "records.jsonl", result.records)
+    print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
+    console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
+    console.print(f"wall time {result.wall_s:.1f} s; records, attempts, events, proxy log and server state in {out}/")
+    if result.error:
+        print(f"mcpfault run: {result.error}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import os
+    import platform
+    import shlex
+    from datetime import UTC, datetime
+
+    import anyio
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mcpfault.analysis.records import write_records
+    from mcpfault.harness.bench import (
+        DEFAULT_AGENTS,
+        DEFAULT_PROFILES,
+        BenchConfig,
+        plan_sessions,
+        resolve_profile,
+        run_bench,
+    )
+    from mcpfault.harness.report import ReportMeta, print_summary, write_report
+    from mcpfault.mock.world import World
+
+    names = args.profiles.split(",") if args.profiles else list(DEFAULT_PROFILES)
+    agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give at least 1")
+    config = BenchConfig(
+        profiles=tuple(resolve_profile(n.strip()) for n in names if n.strip()),
+        agents=agents,
+        out_dir=Path("."),
+        tasks=args.tasks,
+        session_tasks=args.session_tasks,
+        seed=args.seed,
+        jobs=args.jobs,
+        deadline_s=args.deadline,
+    )
+    world = World.generate(args.seed)
+    plan_sessions(config, world)  # every name and profile is checked before the output directory exists
+    out = _output_dir(args.out, "bench")
+    config = dataclasses.replace(config, out_dir=out)
+    plans = plan_sessions(config, world)
+    console = _console()
+    total = len(config.profiles) * len(agents) * args.tasks
+    columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=total)
+        result = anyio.run(run_bench, config, plans, world, lambda: bar.advance(task))
+    write_records(out / "records.jsonl", result.records)
+    meta = ReportMeta(
+        command=shlex.join(["mcpfault", *sys.argv[1:]]),
+        seed=args.seed,
+        tasks_per_cell=args.tasks,
+        wall_s=round(result.wall_s, 1),
+        jobs=args.jobs,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        machine=f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}",
+    )
+    report = write_report(result.records, out, meta) if result.records else None
+    print_summary(result.records, console)
+    console.print(
+        f"{len(result.records)} tasks in {result.sessions} sessions, wall time {result.wall_s:.1f} s"
+        + (f"; report: {report}" if report else "")
+    )
+    for error in result.errors:
+        print(f"mcpfault bench: {error}", file=sys.stderr)
+    return EXIT_CHECK_FAILED if result.errors else EXIT_OK
 
 
 def _mock_server(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -43,6 +44,7 @@ class Attempt:
     method: str
     tool: str | None
     started: float
+    task: int | None = None  # the task it was sent for, when a harness runs tasks
     duration_s: float = 0.0
     outcome: str = "pending"  # ok, or a CallError.failure
     detail: str = ""
@@ -50,6 +52,7 @@ class Attempt:
     def as_record(self) -> dict[str, Any]:
         return {
             "request_id": self.request_id,
+            "task": self.task,
             "method": self.method,
             "tool": self.tool,
             "duration_s": round(self.duration_s, 6),
@@ -80,6 +83,11 @@ class StdioClient:
         self.era = era
         self.attempts: list[Attempt] = []
         self.tools_changed = False
+        self.current_task: int | None = None
+        self.late_replies = 0
+        # Ids given up on (deadline passed): their answers may still come, and must not be taken for
+        # a stray reply to whatever is waiting now. Bounded like everything a session keeps.
+        self._abandoned: deque[int] = deque(maxlen=4096)
         self._stderr = stderr
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiter] = {}
@@ -150,7 +158,9 @@ class StdioClient:
     ) -> dict[str, Any]:
         request_id = next(self._ids)
         tool = params.get("name") if method == "tools/call" else None
-        attempt = Attempt(request_id, method, tool if isinstance(tool, str) else None, time.monotonic())
+        attempt = Attempt(
+            request_id, method, tool if isinstance(tool, str) else None, time.monotonic(), self.current_task
+        )
         self.attempts.append(attempt)
         waiter = _Waiter(attempt)
         self._waiting[request_id] = waiter
@@ -161,6 +171,7 @@ class StdioClient:
                 await waiter.done.wait()
         except TimeoutError:
             self._finish(attempt, "timeout", "no answer within the deadline")
+            self._abandoned.append(request_id)
             await self._cancel(request_id)
             raise CallTimeout(f"{method} {attempt.tool or ''}: no answer in {deadline_s or self.deadline_s}s") from None
         except CallError as exc:
@@ -250,6 +261,8 @@ class StdioClient:
             if waiter is not None:
                 waiter.body = message.body
                 waiter.done.set()
+            elif request_id in self._abandoned:
+                self.late_replies += 1  # the answer to a request whose deadline passed: too late to matter
             else:
                 self._blame_single("wrong_id", f"an answer for id {request_id!r}, which nobody asked for")
         elif message.kind is MessageKind.NOTIFICATION:

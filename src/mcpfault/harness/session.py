@@ -1,125 +1,170 @@
-"""One scripted session through the real proxy to the bundled mock server (`mcpfault run`).
+"""One session: a fresh proxy in front of a fresh mock server, an agent running tasks through it.
 
-The session behaves like a simple monitoring integration: discover the sites and devices, then
-cycle through reads with an occasional write, one call at a time, each with a deadline. It records
-every attempt; the proxy records every request; the mock server records its final state.
+Tasks run one after another, so a session's request sequence (and with it every fault the seeded
+engine injects) is the same on every run. After the session the harness joins what the client
+sent with what the proxy recorded and judges every task against the world and the server's state.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from mcpfault.errors import CallError, UpstreamError
+from mcpfault.analysis.join import faults_by_request, touches_by_task
+from mcpfault.analysis.judge import TaskRun, judge
+from mcpfault.analysis.records import TaskRecord
+from mcpfault.errors import CallError, MCPFaultError, UpstreamError
+from mcpfault.harness.agents.policies import make_agent
+from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
+from mcpfault.mock.world import World
 
-DISCOVERY_TRIES = 5
+# What naive task code raises when an answer is not what it was written for.
+TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
 @dataclass(frozen=True, slots=True)
-class SessionConfig:
+class SessionPlan:
     profile: Path
+    profile_name: str
+    agent: str
+    tasks: tuple[TaskSpec, ...]
     out_dir: Path
-    calls: int = 200
-    seed: int = 0
-    era: Era = "legacy"
+    world_seed: int = 0
+    proxy_seed: int | None = None  # None: the profile's own seed
+    session: int = 0
     deadline_s: float = 0.5
+    era: Era = "legacy"
+    proxy_summary: bool = False  # the proxy's fault table, in proxy.log
 
 
 @dataclass(slots=True)
 class SessionResult:
-    config: SessionConfig
-    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (tool, outcome)
+    plan: SessionPlan
+    records: list[TaskRecord] = field(default_factory=list)
+    runs: list[TaskRun] = field(default_factory=list)
     wall_s: float = 0.0
-    proxy_exit_code: int | None = None
-
-    def by_tool(self) -> dict[str, Counter[str]]:
-        table: dict[str, Counter[str]] = {}
-        for (tool, outcome), count in self.outcomes.items():
-            table.setdefault(tool, Counter())[outcome] += count
-        return table
+    error: str | None = None  # the session broke (server died, could not start): what and why
 
 
-def proxy_command(config: SessionConfig) -> list[str]:
+def proxy_command(plan: SessionPlan) -> list[str]:
     python = sys.executable
-    server = [python, "-m", "mcpfault", "mock-server", "--seed", str(config.seed)]
-    server += ["--state", str(config.out_dir / "server-state.json")]
-    proxy = [python, "-m", "mcpfault", "proxy", "--config", str(config.profile)]
-    proxy += ["--events", str(config.out_dir / "events.jsonl")]
+    server = [python, "-m", "mcpfault", "mock-server", "--seed", str(plan.world_seed)]
+    server += ["--state", str(plan.out_dir / "server-state.json")]
+    proxy = [python, "-m", "mcpfault", "proxy", "--config", str(plan.profile)]
+    if not plan.proxy_summary:
+        proxy.append("--no-summary")
+    proxy += ["--events", str(plan.out_dir / "events.jsonl")]
+    if plan.proxy_seed is not None:
+        proxy += ["--seed", str(plan.proxy_seed)]
     return [*proxy, "--", *server]
 
 
-async def run_session(config: SessionConfig, progress: Callable[[int], None] = lambda _n: None) -> SessionResult:
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    result = SessionResult(config)
+async def run_session(
+    plan: SessionPlan, world: World, on_task_done: Callable[[], None] = lambda: None
+) -> SessionResult:
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    result = SessionResult(plan)
     started = time.monotonic()
-    with (config.out_dir / "proxy.log").open("wb") as proxy_log:
-        client = StdioClient(proxy_command(config), deadline_s=config.deadline_s, era=config.era, stderr=proxy_log)
-        async with client:
-            await client.connect()
-            sites = await _discover(client, "list_sites", {}, lambda r: [s["site_id"] for s in r["sites"]])
-            devices: list[tuple[str, str]] = []
-            for site in sites:
-                found = await _discover(
-                    client, "list_devices", {"site_id": site}, lambda r: [d["device_id"] for d in r["devices"]]
-                )
-                devices += [(site, device) for device in found]
-            if not devices:
-                raise UpstreamError("the mock server reported no devices; the session has nothing to do")
-            for index in range(config.calls):
-                site, device = devices[index % len(devices)]
-                tool, arguments = _step(index, site, device)
-                try:
-                    await client.call_tool(tool, arguments)
-                    result.outcomes[(tool, "ok")] += 1
-                except CallError as exc:
-                    result.outcomes[(tool, exc.failure)] += 1
-                progress(1)
-        result.proxy_exit_code = client.exit_code
-        with (config.out_dir / "attempts.jsonl").open("w") as out:
-            for attempt in client.attempts:
-                out.write(json.dumps(attempt.as_record()) + "\n")
+    attempts: list[dict[str, Any]] = []
+    with (plan.out_dir / "proxy.log").open("wb") as proxy_log:
+        client = StdioClient(proxy_command(plan), deadline_s=plan.deadline_s, era=plan.era, stderr=proxy_log)
+        try:
+            async with client:
+                await client.connect()
+                agent = make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
+                await agent.start()
+                for spec in plan.tasks:
+                    result.runs.append(await _run_one(agent, client, spec))
+                    on_task_done()
+        except (UpstreamError, CallError) as exc:
+            result.error = f"session {plan.session} of {plan.profile_name}/{plan.agent} broke: {exc}"
+        finally:
+            attempts = [{**a.as_record(), "started": a.started} for a in client.attempts if a.method == "tools/call"]
+            _write_jsonl(plan.out_dir / "attempts.jsonl", attempts)
     result.wall_s = time.monotonic() - started
+    try:
+        result.records = judge_session(plan, world, result.runs, attempts)
+    except MCPFaultError as exc:
+        result.error = str(exc)
     return result
 
 
-def _step(index: int, site: str, device: str) -> tuple[str, dict[str, Any]]:
-    slot = index % 10
-    if slot < 4:
-        return "get_device_status", {"device_id": device}
-    if slot < 6:
-        return "get_interface_metrics", {"device_id": device}
-    if slot == 6:
-        return "get_site", {"site_id": site}
-    if slot == 7:
-        return "list_devices", {"site_id": site}
-    if slot == 8:
-        return "set_maintenance", {"device_id": device, "enabled": index % 20 == 8, "reason": "scheduled work"}
-    return "open_incident", {
-        "device_id": device,
-        "summary": "interface errors above threshold",
-        "severity": "medium",
-        "idempotency_key": f"session-{index}",
-    }
+async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
+    agent.begin_task(spec)
+    sent_before = sum(1 for a in client.attempts if a.method == "tools/call")
+    started = time.monotonic()
+    answer: Any = None
+    failure: str | None = None
+    detail = ""
+    try:
+        answer = await run_task(agent, spec)
+    except CallError as exc:
+        failure, detail = exc.failure, str(exc)
+    except TASK_CRASHES as exc:
+        failure, detail = "task_crashed", f"{type(exc).__name__}: {exc}"
+    sent = sum(1 for a in client.attempts if a.method == "tools/call") - sent_before
+    return TaskRun(
+        index=spec.index,
+        workflow=spec.workflow,
+        target=spec.target,
+        tag=spec.tag,
+        started=started,
+        finished=time.monotonic(),
+        answer=answer,
+        failure=failure,
+        detail=detail,
+        attempts=sent,
+        calls=agent.stats.calls,
+    )
 
 
-async def _discover(
-    client: StdioClient, tool: str, arguments: dict[str, Any], pick: Callable[[Any], list[str]]
-) -> list[str]:
-    """Discovery must succeed for the session to mean anything: retry it a few times."""
-    last: Exception | None = None
-    for _ in range(DISCOVERY_TRIES):
+def judge_session(
+    plan: SessionPlan, world: World, runs: Sequence[TaskRun], attempts: Sequence[dict[str, Any]]
+) -> list[TaskRecord]:
+    events = _read_jsonl(plan.out_dir / "events.jsonl")
+    state_path = plan.out_dir / "server-state.json"
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MCPFaultError(
+            f"{state_path}: the mock server's final state is missing or unreadable ({exc}); "
+            "without it the session's writes cannot be judged; see proxy.log beside it"
+        ) from None
+    touches = touches_by_task(attempts, faults_by_request(events))
+    return [
+        judge(
+            run,
+            expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag)),
+            state,
+            touches.get(run.index),
+            profile=plan.profile_name,
+            agent=plan.agent,
+            session=plan.session,
+        )
+        for run in runs
+    ]
+
+
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, default=str) + "\n")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            return pick(await client.call_tool(tool, arguments))
-        except (CallError, KeyError, TypeError) as exc:
-            last = exc
-            await anyio.sleep(0.05)
-    raise UpstreamError(f"{tool} failed {DISCOVERY_TRIES} times; last error: {last}")
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a proxy killed mid-write leaves at most one partial line
+    return rows

@@ -1,0 +1,106 @@
+"""Judge each task: success, recovered, failed_detected or failed_silent.
+
+- failed_detected: the agent raised (it knows it failed).
+- failed_silent: it returned, but the answer is wrong, or the server's state is wrong (a duplicate
+  incident, a write that the answer denies).
+- recovered: right, and at least one injected fault touched it.
+- success: right, untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcpfault.analysis.join import Touch
+from mcpfault.analysis.records import Outcome, TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """What the harness observed of one task (client clock)."""
+
+    index: int
+    workflow: str
+    target: str
+    tag: str
+    started: float
+    finished: float
+    answer: Any = None
+    failure: str | None = None  # set when the agent raised
+    detail: str = ""
+    attempts: int = 0
+    calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    correct: bool
+    duplicates: int = 0
+    why: str = ""
+
+
+def check_answer(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Verdict:
+    """Is the agent's answer right, and did it leave the server in the right state?"""
+    if run.workflow == "open_incident":
+        mine = [i for i in state.get("incidents", []) if run.tag in str(i.get("summary", ""))]
+        duplicates = max(0, len(mine) - 1)
+        if len(mine) != 1:
+            return Verdict(False, duplicates, f"{len(mine)} incidents on the server for this task")
+        answered = run.answer.get("incident_id") if isinstance(run.answer, dict) else None
+        if answered != mine[0].get("incident_id"):
+            return Verdict(False, duplicates, f"answered {answered!r}, the server has {mine[0].get('incident_id')!r}")
+        return Verdict(True)
+    if run.workflow == "maintenance_roundtrip":
+        applied = any(
+            w.get("op") == "set_maintenance" and run.tag in str((w.get("arguments") or {}).get("reason", ""))
+            for w in state.get("write_log", [])
+        )
+        if run.answer != {"confirmed": applied}:
+            return Verdict(False, 0, f"answered {run.answer!r}, the write {'was' if applied else 'was not'} applied")
+        return Verdict(True)
+    if run.answer != expected:
+        return Verdict(False, 0, f"answered {run.answer!r}, expected {expected!r}")
+    return Verdict(True)
+
+
+def judge(
+    run: TaskRun,
+    expected: Any,
+    state: Mapping[str, Any],
+    touch: Touch | None,
+    *,
+    profile: str,
+    agent: str,
+    session: int,
+) -> TaskRecord:
+    verdict = check_answer(run, expected, state)
+    touched = touch is not None and bool(touch.fault_types)
+    outcome: Outcome
+    if run.failure is not None:
+        outcome, detail = "failed_detected", run.detail
+    elif not verdict.correct:
+        outcome, detail = "failed_silent", verdict.why
+    else:
+        outcome, detail = ("recovered" if touched else "success"), ""
+    recovery_s = None
+    if outcome == "recovered" and touch is not None and touch.first_fault_at is not None:
+        recovery_s = round(run.finished - touch.first_fault_at, 6)
+    return TaskRecord(
+        profile=profile,
+        agent=agent,
+        session=session,
+        task_index=run.index,
+        task=run.workflow,
+        outcome=outcome,
+        fault_types=tuple(touch.fault_types) if touch else (),
+        fault_modes=tuple(touch.fault_modes) if touch else (),
+        attempts=run.attempts,
+        retries=max(0, run.attempts - run.calls),
+        duplicates=verdict.duplicates,
+        recovery_s=recovery_s,
+        duration_s=round(run.finished - run.started, 6),
+        failure=run.failure,
+        detail=detail,
+    )

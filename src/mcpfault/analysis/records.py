@@ -1,0 +1,68 @@
+"""What a benchmark produces: one record per task, written as JSON lines, read back for reports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
+OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """The judged result of one task of one session.
+
+    ``fault_types`` are the fault types the proxy injected into this task's requests (empty when
+    none touched it). ``recovery_s`` is the time from the first faulted attempt to the task's
+    correct completion, for recovered tasks only. ``duplicates`` counts extra server-side objects
+    the task created (a blind retry after a lost response).
+    """
+
+    profile: str
+    agent: str
+    session: int  # index of the session within its (profile, agent) cell
+    task_index: int  # index within the cell, 0..tasks-1
+    task: str  # workflow: site_triage, interface_check, maintenance_roundtrip, open_incident
+    outcome: Outcome
+    fault_types: tuple[str, ...] = ()
+    attempts: int = 0  # requests sent for this task (every try counts)
+    retries: int = 0  # attempts beyond the first of each logical call
+    duplicates: int = 0
+    recovery_s: float | None = None
+    duration_s: float = 0.0
+    failure: str | None = None  # the failure class that ended a failed_detected task
+    detail: str = ""
+    fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fault_types"] = list(self.fault_types)
+        data["fault_modes"] = list(self.fault_modes)
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> TaskRecord:
+        values = dict(data)
+        values["fault_types"] = tuple(values.get("fault_types", ()))
+        values["fault_modes"] = tuple(values.get("fault_modes", ()))
+        return TaskRecord(**values)
+
+
+def write_records(path: Path, records: Iterable[TaskRecord]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record.as_dict(), separators=(",", ":")) + "\n")
+
+
+def read_records(path: Path) -> Iterator[TaskRecord]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    yield TaskRecord.from_dict(json.loads(line))
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{path}:{number}: not a task record ({exc})") from None

@@ -1,0 +1,1 @@
+"""The task suite and the agents (call-boundary policies) that run it."""

@@ -1,0 +1,339 @@
+"""Agents: the same task code behind different call-boundary policies.
+
+- ``naive``: one try per call, with the client's deadline.
+- ``retry-only``: retries retryable failures (timeouts, internal errors, corrupt answers) with
+  exponential backoff and full jitter, writes included: what most retry wrappers do.
+- ``resilient``: retries, plus validation against the tool's outputSchema, a freshness check on
+  ``as_of``, schema reconciliation, idempotency keys on non-idempotent writes, retrying a write only
+  when that is safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched
+  off by name (``resilient-no-freshness``, ...) to show what it buys.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from mcpfault.errors import (
+    CallError,
+    CallTimeout,
+    ContractChanged,
+    MalformedResponse,
+    ProtocolError,
+    StaleResult,
+    ToolError,
+    UsageError,
+)
+from mcpfault.harness.agents import schema
+from mcpfault.harness.agents.tasks import TaskSpec
+from mcpfault.harness.client import StdioClient
+from mcpfault.protocol import jsonrpc
+
+MECHANISMS = ("retries", "validation", "freshness", "reconcile", "idempotency", "breaker", "budget")
+# JSON-RPC errors worth another try: internal errors, and the proxy's "upstream unavailable".
+TRANSIENT_CODES = frozenset({jsonrpc.INTERNAL_ERROR, jsonrpc.UPSTREAM_UNAVAILABLE, -32001})
+
+
+class CircuitOpen(CallError):
+    failure = "circuit_open"
+
+
+class BudgetExhausted(CallError):
+    failure = "retry_budget"
+
+
+@dataclass
+class ToolInfo:
+    name: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    read_only: bool
+    idempotent: bool
+
+    @staticmethod
+    def from_listing(tool: Mapping[str, Any]) -> ToolInfo:
+        annotations = tool.get("annotations") or {}
+        return ToolInfo(
+            name=str(tool.get("name")),
+            input_schema=dict(tool.get("inputSchema") or {}),
+            output_schema=dict(tool["outputSchema"]) if isinstance(tool.get("outputSchema"), dict) else None,
+            read_only=annotations.get("readOnlyHint") is True,  # spec defaults: not read-only, not idempotent
+            idempotent=annotations.get("idempotentHint") is True,
+        )
+
+    def accepts(self, argument: str) -> bool:
+        properties = self.input_schema.get("properties")
+        return isinstance(properties, dict) and argument in properties
+
+
+@dataclass
+class TaskStats:
+    calls: int = 0  # logical calls the task code made
+    first_fault_at: float | None = None
+
+
+class Agent:
+    """Naive: the call boundary most code has."""
+
+    name = "naive"
+
+    def __init__(self, client: StdioClient, rng: random.Random) -> None:
+        self.client = client
+        self.rng = rng
+        self.task: TaskSpec | None = None
+        self.stats = TaskStats()
+
+    async def start(self) -> None:
+        """Anything to do once per session, after the handshake."""
+
+    def begin_task(self, spec: TaskSpec) -> None:
+        self.task = spec
+        self.stats = TaskStats()
+        self.client.current_task = spec.index
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        self.stats.calls += 1
+        return await self.client.call_tool(tool, arguments)
+
+
+class RetryOnly(Agent):
+    name = "retry-only"
+    max_attempts = 4
+    base_backoff_s = 0.01
+    max_backoff_s = 0.2
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        self.stats.calls += 1
+        for attempt in range(self.max_attempts):
+            try:
+                return await self.client.call_tool(tool, arguments)
+            except CallError as exc:
+                if not self.retryable(exc) or attempt == self.max_attempts - 1:
+                    raise
+                await self.backoff(attempt)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def retryable(exc: CallError) -> bool:
+        if isinstance(exc, CallTimeout | MalformedResponse):
+            return True
+        return isinstance(exc, ProtocolError) and exc.code in TRANSIENT_CODES
+
+    async def backoff(self, attempt: int) -> None:
+        # Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2^attempt)].
+        await anyio.sleep(self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt)))
+
+
+@dataclass
+class Breaker:
+    """Opens after ``threshold`` consecutive failures; after ``cooldown_s`` lets one probe through."""
+
+    threshold: int = 8
+    cooldown_s: float = 0.5
+    clock: Callable[[], float] = time.monotonic
+    failures: int = 0
+    opened_at: float | None = None
+
+    def check(self) -> None:
+        if self.opened_at is not None and self.clock() - self.opened_at < self.cooldown_s:
+            raise CircuitOpen(f"circuit open after {self.failures} consecutive failures")
+
+    def record(self, ok: bool) -> None:
+        if ok:
+            self.failures, self.opened_at = 0, None
+        else:
+            self.failures += 1
+            if self.failures >= self.threshold:
+                self.opened_at = self.clock()
+
+
+@dataclass
+class Budget:
+    """Retries allowed per session: a floor plus a share of the calls made."""
+
+    floor: int = 20
+    ratio: float = 0.5
+    calls: int = 0
+    retries: int = 0
+
+    def spend(self) -> None:
+        if self.retries >= self.floor + self.ratio * self.calls:
+            raise BudgetExhausted(f"retry budget spent ({self.retries} retries for {self.calls} calls)")
+        self.retries += 1
+
+
+class Resilient(RetryOnly):
+    name = "resilient"
+    max_attempts = 6
+
+    def __init__(self, client: StdioClient, rng: random.Random, disabled: frozenset[str] = frozenset()) -> None:
+        super().__init__(client, rng)
+        self.enabled = frozenset(MECHANISMS) - disabled
+        self.tools: dict[str, ToolInfo] = {}
+        self.arg_renames: dict[str, dict[str, str]] = {}  # tool -> old argument name -> new
+        self.field_renames: dict[str, dict[str, str]] = {}  # tool -> new field name -> the old one
+        self.broken: dict[str, str] = {}  # tool -> how its contract changed
+        self.max_as_of = 0
+        self.breaker = Breaker()
+        self.budget = Budget()
+        self._keys = 0
+        if disabled:
+            self.name = "resilient-" + "-".join(f"no-{m}" for m in sorted(disabled))
+
+    async def start(self) -> None:
+        await self._refresh_tools()
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        self.stats.calls += 1
+        self.budget.calls += 1
+        if self.client.tools_changed and "reconcile" in self.enabled:
+            await self._refresh_tools()
+        info = self.tools.get(tool)
+        args = dict(arguments)
+        if self._wants_key(info, args):
+            self._keys += 1
+            assert self.task is not None
+            args["idempotency_key"] = f"{self.task.tag}-{self._keys}"
+        safe = info is not None and (info.read_only or info.idempotent or "idempotency_key" in args)
+        attempts = self.max_attempts if "retries" in self.enabled else 1
+        for attempt in range(attempts):
+            if "breaker" in self.enabled:
+                self.breaker.check()
+            try:
+                result = await self._attempt(tool, self._renamed_args(tool, args))
+            except ProtocolError as exc:
+                renamed = exc.code == jsonrpc.INVALID_PARAMS and "reconcile" in self.enabled and attempt < attempts - 1
+                if renamed and await self._reconcile_input(tool):
+                    continue  # same call, new argument names: not a retry of a failure
+                self.breaker.record(False)
+                if not self._may_retry(exc, safe, attempt, attempts):
+                    raise
+            except CallError as exc:
+                self.breaker.record(False)
+                if not self._may_retry(exc, safe, attempt, attempts):
+                    raise
+            else:
+                self.breaker.record(True)
+                return result
+            if "budget" in self.enabled:
+                self.budget.spend()
+            await self.backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _wants_key(self, info: ToolInfo | None, args: Mapping[str, Any]) -> bool:
+        if "idempotency" not in self.enabled or info is None or info.idempotent or info.read_only:
+            return False
+        return info.accepts("idempotency_key") and "idempotency_key" not in args
+
+    def _may_retry(self, exc: CallError, safe: bool, attempt: int, attempts: int) -> bool:
+        if attempt >= attempts - 1 or isinstance(exc, ContractChanged):
+            return False
+        transient = self.retryable(exc) or isinstance(exc, StaleResult | ToolError)
+        return transient and safe
+
+    async def _attempt(self, tool: str, args: Mapping[str, Any]) -> Any:
+        result = await self.client.call_tool(tool, args)
+        renames = self.field_renames.get(tool)
+        if renames:
+            result = schema.rename_keys(result, renames)
+        info = self.tools.get(tool)
+        if "validation" in self.enabled and info is not None and info.output_schema is not None:
+            problem = schema.validate(result, info.output_schema)
+            if problem is not None and "reconcile" in self.enabled and await self._reconcile_output(tool):
+                result = schema.rename_keys(result, self.field_renames.get(tool, {}))
+                problem = schema.validate(result, info.output_schema)
+            if problem is not None:
+                raise MalformedResponse("schema", f"{tool} result does not match its outputSchema: {problem}")
+        if "freshness" in self.enabled and isinstance(result, dict) and isinstance(result.get("as_of"), int):
+            if result["as_of"] < self.max_as_of:
+                raise StaleResult(f"{tool} answered as of revision {result['as_of']}, already saw {self.max_as_of}")
+            self.max_as_of = result["as_of"]
+        return result
+
+    def _renamed_args(self, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        renames = self.arg_renames.get(tool)
+        return {renames.get(k, k): v for k, v in args.items()} if renames else dict(args)
+
+    async def _refresh_tools(self) -> None:
+        """Re-read tools/list and learn, for every tool, the renames since the listing we had.
+
+        The task code keeps the names it was written for: arguments are renamed on the way out,
+        result fields back on the way in, and results are validated against the schema the code
+        was written for. A tool whose change is not a clean rename is marked broken.
+        """
+        previous = self.tools
+        fresh = {t.name: t for t in map(ToolInfo.from_listing, await self.client.list_tools())}
+        if previous and "reconcile" in self.enabled:
+            for name, new in fresh.items():
+                old = previous.get(name)
+                if old is not None:
+                    fresh[name] = self._reconcile(old, new)
+        self.tools = fresh
+
+    def _reconcile(self, old: ToolInfo, new: ToolInfo) -> ToolInfo:
+        try:
+            arg_renames = schema.find_renames(old.input_schema, new.input_schema)
+            field_renames = (
+                schema.find_renames(old.output_schema, new.output_schema)
+                if old.output_schema is not None and new.output_schema is not None
+                else {}
+            )
+        except ContractChanged as exc:
+            self.broken[new.name] = str(exc)
+            return new
+        if arg_renames:
+            # Map the names the task code uses (the originals) to the newest ones.
+            chain = self.arg_renames.get(new.name, {})
+            merged = {orig: arg_renames.get(current, current) for orig, current in chain.items()}
+            merged |= {k: v for k, v in arg_renames.items() if k not in chain.values()}
+            self.arg_renames[new.name] = merged
+        if field_renames:
+            back = {new_name: old_name for old_name, new_name in field_renames.items()}
+            self.field_renames[new.name] = self.field_renames.get(new.name, {}) | back
+        return ToolInfo(new.name, new.input_schema, old.output_schema, new.read_only, new.idempotent)
+
+    async def _reconcile_input(self, tool: str) -> bool:
+        """After -32602: did the tool's arguments get renamed? True when there is something new to try."""
+        before = dict(self.arg_renames.get(tool, {}))
+        await self._refresh_tools()
+        self._check_contract(tool)
+        return self.arg_renames.get(tool, {}) != before
+
+    async def _reconcile_output(self, tool: str) -> bool:
+        """A result broke the schema we know: True when the tool's fields turned out to be renamed."""
+        before = dict(self.field_renames.get(tool, {}))
+        await self._refresh_tools()
+        self._check_contract(tool)
+        return self.field_renames.get(tool, {}) != before
+
+    def _check_contract(self, tool: str) -> None:
+        if tool not in self.tools:
+            raise ContractChanged(f"tool {tool!r} is no longer listed")
+        if tool in self.broken:
+            raise ContractChanged(f"tool {tool!r} changed in a way that is not a clean rename: {self.broken[tool]}")
+
+
+AGENT_NAMES = ("naive", "retry-only", "resilient", *(f"resilient-no-{m}" for m in MECHANISMS))
+
+
+def make_agent(name: str, client: StdioClient, rng: random.Random) -> Agent:
+    if name == "naive":
+        return Agent(client, rng)
+    if name == "retry-only":
+        return RetryOnly(client, rng)
+    if name == "resilient":
+        return Resilient(client, rng)
+    if name.startswith("resilient-no-") and name.removeprefix("resilient-no-") in MECHANISMS:
+        return Resilient(client, rng, frozenset({name.removeprefix("resilient-no-")}))
+    raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+
+
+def check_agent_name(name: str) -> str:
+    if name not in AGENT_NAMES:
+        raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+    return name

@@ -1,0 +1,138 @@
+"""The benchmark matrix: profiles x agents, each cell's tasks split into sessions run side by side.
+
+A cell's tasks run in sessions of ``session_tasks`` (each a fresh proxy and mock server), because a
+lost response costs a whole deadline and sequential sessions would spend most of their time
+waiting; sessions of all cells run ``jobs`` at a time. Inside a session tasks are sequential, so
+the same seed gives the same faults, hence the same outcome counts (timings aside).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from mcpfault.analysis.records import TaskRecord
+from mcpfault.errors import UsageError
+from mcpfault.faults import profile as profiles
+from mcpfault.harness.agents.policies import check_agent_name
+from mcpfault.harness.agents.tasks import plan_tasks
+from mcpfault.harness.session import SessionPlan, SessionResult, run_session
+from mcpfault.mock.world import World
+
+DEFAULT_PROFILES = (
+    "baseline",
+    "timeout",
+    "latency",
+    "error",
+    "malformed",
+    "stale",
+    "drift_input",
+    "drift_output",
+    "mixed",
+)
+DEFAULT_AGENTS = ("naive", "retry-only", "resilient")
+# Profiles whose sessions wait the most start first, so the slowest work is not left for last.
+SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    profiles: tuple[Path, ...]
+    agents: tuple[str, ...]
+    out_dir: Path
+    tasks: int = 100
+    session_tasks: int = 20
+    seed: int = 0
+    jobs: int = 16
+    deadline_s: float = 0.5
+
+
+@dataclass(slots=True)
+class BenchResult:
+    records: list[TaskRecord] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    sessions: int = 0
+
+
+def profiles_dir() -> Path:
+    """``profiles/`` of the working directory, else the one of the source tree we run from."""
+    here = Path("profiles")
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[3] / "profiles"
+
+
+def resolve_profile(name_or_path: str) -> Path:
+    """A profile by path, or by name from ``profiles/``; a clear error otherwise."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise UsageError(f"profile file {path} does not exist")
+        return path
+    candidate = profiles_dir() / f"{name_or_path}.toml"
+    if candidate.is_file():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in profiles_dir().glob("*.toml"))) or "none found"
+    raise UsageError(f"unknown profile {name_or_path!r}; give a .toml path or one of: {known}")
+
+
+def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
+    if config.tasks < 1 or config.session_tasks < 1:
+        raise UsageError("--tasks and --session-tasks must be at least 1")
+    tasks = plan_tasks(world, config.tasks, config.seed)
+    count = math.ceil(config.tasks / config.session_tasks)
+    plans = []
+    for profile_path in config.profiles:
+        loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
+        for agent in config.agents:
+            check_agent_name(agent)
+            for session in range(count):
+                chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
+                plans.append(
+                    SessionPlan(
+                        profile=profile_path,
+                        profile_name=loaded.name,
+                        agent=agent,
+                        tasks=tuple(chunk),
+                        out_dir=config.out_dir / "sessions" / loaded.name / agent / f"s{session:03d}",
+                        world_seed=config.seed,
+                        # Each session of a cell draws its own faults; the same for every agent.
+                        proxy_seed=loaded.seed * 1_000_003 + config.seed * 1009 + session,
+                        session=session,
+                        deadline_s=config.deadline_s,
+                    )
+                )
+    plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
+    return plans
+
+
+async def run_bench(
+    config: BenchConfig, plans: Sequence[SessionPlan], world: World, on_task_done: Callable[[], None]
+) -> BenchResult:
+    result = BenchResult(sessions=len(plans))
+    started = time.monotonic()
+    limiter = anyio.CapacityLimiter(max(1, config.jobs))
+    finished: list[SessionResult] = []
+
+    async def one(plan: SessionPlan) -> None:
+        async with limiter:
+            finished.append(await run_session(plan, world, on_task_done))
+
+    async with anyio.create_task_group() as tg:
+        for plan in plans:
+            tg.start_soon(one, plan)
+    result.wall_s = time.monotonic() - started
+    order = {id(p): i for i, p in enumerate(plans)}
+    for session in sorted(
+        finished, key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.session, order[id(s.plan)])
+    ):
+        result.records.extend(session.records)
+        if session.error:
+            result.errors.append(session.error)
+    return result
