@@ -1,0 +1,182 @@
+"""Agents through the real proxy to the real mock server: what each policy buys, judged end to end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcpfault.analysis.records import read_records
+from mcpfault.harness.agents.tasks import TaskSpec
+from mcpfault.harness.bench import BenchConfig, plan_sessions, run_bench
+from mcpfault.harness.session import SessionPlan, run_session
+from mcpfault.mock.world import World
+from tests.conftest import write_profile
+
+pytestmark = pytest.mark.slow
+WORLD = World.generate(0)
+DEVICE = WORLD.device_ids()[0]
+
+
+def bounded(function: Any, *args: Any, seconds: float = 60) -> Any:
+    async def main() -> Any:
+        with anyio.fail_after(seconds):
+            return await function(*args)
+
+    return anyio.run(main)
+
+
+def session(tmp_path: Path, profile: Path, agent: str, specs: list[TaskSpec]) -> list:
+    plan = SessionPlan(
+        profile=profile, profile_name=profile.stem, agent=agent, tasks=tuple(specs), out_dir=tmp_path / agent
+    )
+    result = bounded(run_session, plan, WORLD)
+    assert result.error is None, result.error
+    return result.records
+
+
+def incidents(count: int) -> list[TaskSpec]:
+    return [TaskSpec(i, "open_incident", DEVICE, f"task-t-{i}") for i in range(count)]
+
+
+LOST_FIRST_INCIDENT = '[[faults]]\ntype = "timeout"\ntools = ["open_incident"]\nlimit = 1\n'
+
+
+def test_naive_fails_loudly_after_a_lost_write_response(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "naive", incidents(2))
+    assert [r.outcome for r in records] == ["failed_detected", "success"]
+    assert records[0].failure == "timeout" and records[0].fault_types == ("timeout",)
+    assert records[0].duplicates == 0  # the server acted once; the agent just never heard
+
+
+def test_blind_retry_after_a_lost_response_creates_a_duplicate(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "retry-only", incidents(2))
+    first = records[0]
+    assert first.outcome == "failed_silent" and first.duplicates == 1 and first.retries == 1
+    assert "2 incidents on the server" in first.detail
+    assert records[1].outcome == "success"
+
+
+def test_idempotency_key_makes_the_retry_safe(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "resilient", incidents(2))
+    first = records[0]
+    assert first.outcome == "recovered" and first.duplicates == 0 and first.retries == 1
+    assert first.recovery_s is not None and first.recovery_s >= 0.5  # at least one deadline was lost
+
+
+def test_without_idempotency_keys_resilient_does_not_retry_a_write(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "resilient-no-idempotency", incidents(1))
+    assert records[0].outcome == "failed_detected" and records[0].duplicates == 0
+
+
+STALE_SECOND_READ = '[[faults]]\ntype = "stale"\ntools = ["get_device_status"]\nafter = 1\nlimit = 1\n'
+
+
+def roundtrips() -> list[TaskSpec]:
+    return [TaskSpec(i, "maintenance_roundtrip", DEVICE, f"task-t-{i}") for i in range(2)]
+
+
+def test_stale_read_after_write_is_a_silent_wrong_verdict(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, STALE_SECOND_READ), "naive", roundtrips())
+    assert records[0].outcome == "success"
+    assert records[1].outcome == "failed_silent" and records[1].fault_types == ("stale",)
+
+
+def test_freshness_check_catches_the_stale_read(tmp_path):
+    records = session(tmp_path, write_profile(tmp_path, STALE_SECOND_READ), "resilient", roundtrips())
+    assert [r.outcome for r in records] == ["success", "recovered"]
+    no_freshness = session(tmp_path, write_profile(tmp_path, STALE_SECOND_READ), "resilient-no-freshness", roundtrips())
+    assert no_freshness[1].outcome == "failed_silent"
+
+
+def test_renamed_fields_fool_naive_code_and_reconciliation_maps_them_back(tmp_path):
+    drift = write_profile(
+        tmp_path,
+        '[[faults]]\ntype = "schema_drift"\nrename_fields = { status = "state", utilization_pct = "util_pct" }\n',
+    )
+    specs = [TaskSpec(0, "site_triage", WORLD.site_ids()[0], "t0"), TaskSpec(1, "interface_check", DEVICE, "t1")]
+    naive = session(tmp_path, drift, "naive", specs)
+    expected_unhealthy = [d for d in WORLD.device_ids(WORLD.site_ids()[0]) if WORLD.device(d).status != "ok"]
+    # site_triage reads .get("status"): renamed away, every device looks healthy.
+    assert naive[0].outcome == ("failed_silent" if expected_unhealthy else "recovered")
+    assert naive[1].outcome == "failed_detected" and naive[1].failure == "task_crashed"
+    assert [r.outcome for r in session(tmp_path, drift, "resilient", specs)] == ["recovered", "recovered"]
+
+
+def counts(records) -> Counter:
+    return Counter((r.profile, r.agent, r.outcome) for r in records)
+
+
+def test_bench_same_seed_same_outcome_counts(tmp_path):
+    def bench(out: Path) -> list:
+        config = BenchConfig(
+            profiles=(Path("profiles/mixed.toml"), Path("profiles/error.toml")),
+            agents=("naive", "retry-only"),
+            out_dir=out,
+            tasks=12,
+            session_tasks=6,
+            seed=5,
+            jobs=8,
+        )
+        result = bounded(run_bench, config, plan_sessions(config, WORLD_5), WORLD_5, lambda: None, seconds=120)
+        assert result.errors == []
+        return result.records
+
+    WORLD_5 = World.generate(5)
+    first, second = bench(tmp_path / "a"), bench(tmp_path / "b")
+    assert len(first) == 2 * 2 * 12
+    assert counts(first) == counts(second)
+    assert [r.fault_modes for r in first] == [r.fault_modes for r in second]
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcpfault", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def test_bench_command_writes_records_report_and_charts(tmp_path):
+    out = tmp_path / "bench"
+    done = cli(
+        "bench",
+        "--profiles",
+        "baseline,error",
+        "--agents",
+        "naive,resilient",
+        "--tasks",
+        "8",
+        "--session-tasks",
+        "4",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    records = list(read_records(out / "records.jsonl"))
+    assert len(records) == 2 * 2 * 8
+    assert all(r.outcome == "success" for r in records if r.profile == "baseline")
+    report = (out / "report.md").read_text()
+    assert re.search(r"\| baseline\s+\|\s+100% \(0%\)\s+\|\s+100% \(0%\)\s+\|", report), report
+    assert {p.name for p in (out / "charts").iterdir()} == {"outcomes.svg", "silent.svg", "recovery.svg"}
+    assert "success (silent failures)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("bench", "--profiles", "nope"), "unknown profile 'nope'"),
+        (("bench", "--agents", "careful"), "unknown agent 'careful'; choose from: naive, retry-only, resilient"),
+        (("run", "--agent", "careful"), "unknown agent 'careful'"),
+        (("run", "--tasks", "0"), "--tasks 0: give at least 1"),
+        (("run", "--out", "/proc/nope/x"), "--out /proc/nope/x: cannot write there"),
+    ],
+)
+def test_bad_harness_input_is_named(args, message):
+    done = cli(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
