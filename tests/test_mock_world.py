@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Annotated, Literal, NotRequired, Required, TypedDict
 
 import pytest
 
 from mcpfault.mock import World
-from mcpfault.mock.world import INITIAL_REVISION, InvalidArgumentError, UnknownIdError
+from mcpfault.mock.schema import argument_problems, json_schema
+from mcpfault.mock.world import (
+    INITIAL_REVISION,
+    DeviceListResult,
+    DeviceStatusResult,
+    IncidentResult,
+    InterfaceMetricsResult,
+    InvalidArgumentError,
+    SetMaintenanceResult,
+    SiteListResult,
+    SiteResult,
+    UnknownIdError,
+)
 
 
 def _some_device(world: World) -> str:
@@ -220,3 +233,86 @@ def test_final_state_round_trips_through_json() -> None:
     assert json.loads(json.dumps(state)) == state
     assert set(state) == {"seed", "revision", "writes", "state_changes", "incidents", "maintenance", "write_log"}
     assert set(state["maintenance"]) == set(world.device_ids())
+
+
+# ---- the result TypedDicts are the one definition of each shape: schemas derived from them ----------
+
+
+class _Inner(TypedDict):
+    level: Literal[1, 2, 3]
+
+
+class _Outer(TypedDict):
+    name: Annotated[str, "The name."]
+    inner: list[_Inner]
+    maybe: float | None
+    either: str | _Inner
+    optional: NotRequired[Annotated[bool, "Optional flag."]]
+
+
+class _Partial(TypedDict, total=False):
+    a: int
+    b: Required[str]
+
+
+def test_json_schema_from_typed_dicts() -> None:
+    assert json_schema(_Outer) == {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The name."},
+            "inner": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"level": {"type": "integer", "enum": [1, 2, 3]}},
+                    "required": ["level"],
+                    "additionalProperties": False,
+                },
+            },
+            "maybe": {"type": ["number", "null"]},
+            "either": {"anyOf": [{"type": "string"}, json_schema(_Inner)]},
+            "optional": {"type": "boolean", "description": "Optional flag."},
+        },
+        "required": ["name", "inner", "maybe", "either"],
+        "additionalProperties": False,
+    }
+    assert json_schema(_Partial)["required"] == ["b"]
+    with pytest.raises(TypeError, match="no JSON Schema"):
+        json_schema(dict[str, int])
+
+
+def test_result_schemas_describe_what_the_world_answers() -> None:
+    """Each read answer of several worlds validates against the schema derived from its TypedDict."""
+    import jsonschema
+
+    for seed in range(5):
+        world = World.generate(seed)
+        answers: list[tuple[object, object]] = [(world.list_sites(), SiteListResult)]
+        for site_id in world.site_ids():
+            answers += [(world.get_site(site_id), SiteResult), (world.list_devices(site_id), DeviceListResult)]
+        for device_id in world.device_ids():
+            answers += [
+                (world.get_device_status(device_id), DeviceStatusResult),
+                (world.get_interface_metrics(device_id), InterfaceMetricsResult),
+            ]
+        device_id = _some_device(world)
+        answers += [
+            (world.set_maintenance(device_id, True, "r"), SetMaintenanceResult),
+            (world.open_incident(device_id, "s", "low", "k"), IncidentResult),
+            (world.open_incident(device_id, "s", "low", "k"), IncidentResult),
+        ]
+        for answer, shape in answers:
+            jsonschema.validate(answer, json_schema(shape), cls=jsonschema.Draft202012Validator)
+
+
+def test_argument_problems_name_every_problem() -> None:
+    schema = json_schema(_Outer)
+    assert argument_problems(schema, {"name": "x", "inner": [], "maybe": None, "either": "e"}) == []
+    problems = argument_problems(schema, {"nmae": "x", "inner": {}, "maybe": True, "either": "e", "optional": 1})
+    assert problems == [
+        "unexpected argument 'nmae' (accepted: name, inner, maybe, either, optional)",
+        "missing required argument 'name'",
+        "argument 'inner' must be an array, got object {}",
+        "argument 'maybe' must be a number or null, got boolean true",
+        "argument 'optional' must be a boolean (true or false), got integer 1",
+    ]

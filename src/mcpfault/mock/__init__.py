@@ -1,7 +1,7 @@
 """The bundled mock MCP server: a deterministic network-operations world served over stdio.
 
-`World` is pure and cheap to import (judges rebuild ground truth with it); `serve` loads the MCP SDK
-only when called.
+`World` is pure and cheap to import (judges rebuild ground truth with it); `serve` loads the stdio
+server only when called. Neither needs the MCP SDK.
 """
 
 from __future__ import annotations

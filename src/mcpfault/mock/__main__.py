@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         help="on exit (stdin closed, SIGTERM, SIGINT) write the final world state here as JSON",
     )
     args = parser.parse_args(argv)
-    # Imported late so --help answers without loading the SDK.
+    # Imported late so --help answers without building the tool schemas.
     from mcpfault.mock.server import serve
 
     serve(seed=args.seed, state_path=args.state)

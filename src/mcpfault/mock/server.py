@@ -1,8 +1,24 @@
-"""The mock MCP server: the `World` served over stdio with the official SDK.
+"""The mock MCP server: the `World` served as newline-delimited JSON-RPC on stdio, in both protocol eras.
 
-Both protocol eras (2025-11-25 `initialize`, 2026-07-28 `server/discover`) come from `MCPServer`
-itself. Every tool returns a pydantic model, so the SDK publishes an `outputSchema` and sends the
-model as `structuredContent` (not wrapped in `{"result": ...}`) with the same JSON as text content.
+Built on `mcpfault.protocol` rather than the MCP SDK so that a start costs tens of milliseconds, not
+the ~0.6 s of CPU the SDK's imports take (benchmarks start many of these). On the wire it answers as
+the SDK's `MCPServer` did, era rules included:
+
+- The client's first request fixes the connection's era, once. A request whose `params._meta` holds
+  `io.modelcontextprotocol/protocolVersion` (other than `initialize`) opens a 2026-07-28 connection;
+  anything else opens a 2025-11-25 one.
+- 2025-11-25: `initialize` negotiates the version (the client's if supported, else the latest); other
+  requests are refused with -32602 until it has happened, except `ping`. Requests carrying the 2026
+  envelope are refused with -32600.
+- 2026-07-28: every request must carry the envelope (-32602 if not; -32022 naming the supported
+  versions if its version is not served); `server/discover` describes the server; `ping` is gone
+  (-32601); `initialize` is refused with -32022. Every result carries `resultType: "complete"` and the
+  server's info in `_meta`; list results carry `ttlMs` and `cacheScope`.
+- `tools/call`: the tool's answer as `structuredContent` and as indented JSON text. An unknown tool or
+  arguments that do not fit the tool's `inputSchema` are JSON-RPC errors (-32602); a request the world
+  refuses (unknown id, empty summary) is a tool result with `isError: true`.
+
+Requests are handled one at a time, in order, on the main thread; each response is one write.
 """
 
 from __future__ import annotations
@@ -12,293 +28,369 @@ import os
 import pathlib
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from types import FrameType
-from typing import Annotated, Literal, TypeVar
+from typing import Any, BinaryIO, Final
 
-import anyio
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from mcpfault.mock.schema import argument_problems
+from mcpfault.mock.tools import TOOLS
+from mcpfault.mock.world import MockWorldError, World
+from mcpfault.protocol.eras import LEGACY_VERSIONS, META_PROTOCOL_VERSION, MODERN_VERSIONS, Era
+from mcpfault.protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MessageKind,
+    encode,
+    error_response,
+    parse,
+)
 
-from mcpfault.mock.world import DeviceState, MockWorldError, OperStatus, Role, Severity, World
-
-SERVER_NAME = "mcpfault-mock"
-SERVER_VERSION = "0.1.0"
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False)
-
-INSTRUCTIONS = (
+SERVER_NAME: Final = "mcpfault-mock"
+SERVER_VERSION: Final = "0.1.0"
+SERVER_INFO: Final = {"name": SERVER_NAME, "version": SERVER_VERSION}
+INSTRUCTIONS: Final = (
     "A simulated network-operations inventory. Start with list_sites, then list_devices(site_id), then "
     "get_device_status / get_interface_metrics(device_id). set_maintenance and open_incident change state; "
     "open_incident is not idempotent, so pass an idempotency_key if you may retry it. Every answer has as_of, "
     "the state revision it reflects."
 )
+# The tools never change, so the server never sends notifications/tools/list_changed.
+CAPABILITIES: Final = {"tools": {"listChanged": False}}
 
-AsOf = Annotated[int, Field(description="State revision this answer reflects; it grows by one on every change.")]
-SiteId = Annotated[str, Field(description="Site id exactly as returned by list_sites.")]
-DeviceId = Annotated[str, Field(description="Device id exactly as returned by list_devices.")]
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022  # reserved by the 2026-07-28 revision
+META_CLIENT_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
+LATEST_LEGACY_VERSION: Final = max(LEGACY_VERSIONS)
+LATEST_MODERN_VERSION: Final = max(MODERN_VERSIONS)
 
+# Not advertised, but answered (empty) as the SDK server did: some clients ask regardless.
+_EMPTY_LISTS: Final = {
+    "prompts/list": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+}
+_LIST_METHODS: Final = frozenset({"tools/list", *_EMPTY_LISTS})
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
-class _Out(BaseModel):
-    # additionalProperties: false in the outputSchema, so a drifted answer fails client validation.
-    model_config = ConfigDict(extra="forbid")
-
-
-class SiteSummary(_Out):
-    site_id: str
-    name: str
-    region: str
-    device_count: int
-
-
-class SiteList(_Out):
-    as_of: AsOf
-    sites: list[SiteSummary]
+_Params = dict[str, Any]
 
 
-class StatusCounts(_Out):
-    ok: int
-    degraded: int
-    down: int
+class RequestError(Exception):
+    """Answer the request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
 
 
-class SiteDetail(_Out):
-    as_of: AsOf
-    site_id: str
-    name: str
-    region: str
-    device_count: int
-    status_counts: StatusCounts = Field(description="Devices at the site by status.")
-    devices_in_maintenance: list[str] = Field(description="Ids of devices currently in maintenance.")
-    open_incident_ids: list[str]
+def _empty_list(key: str) -> Callable[[_Params], dict[str, Any]]:
+    def answer(params: _Params) -> dict[str, Any]:
+        return {key: []}
+
+    return answer
 
 
-class DeviceSummary(_Out):
-    device_id: str
-    hostname: str
-    role: Role
-    model: str
-    status: DeviceState
+def _bad_params(why: str) -> RequestError:
+    # The SDK's message for any malformed params; `data` says what was wrong.
+    return RequestError(INVALID_PARAMS, "Invalid request parameters", why)
 
 
-class DeviceList(_Out):
-    as_of: AsOf
-    site_id: str
-    devices: list[DeviceSummary]
+class Session:
+    """One stdio connection: its protocol era and handshake state, and the answer to each request."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.era = Era.UNKNOWN
+        self.initialized = False
+        self._tool_listing: list[dict[str, Any]] | None = None
+        self._methods: dict[str, Callable[[_Params], dict[str, Any]]] = {
+            "tools/list": self._list_tools,
+            "tools/call": self._call_tool,
+            **{method: _empty_list(key) for method, key in _EMPTY_LISTS.items()},
+        }
+
+    def handle_line(self, line: bytes) -> bytes | None:
+        """The encoded response to one input line, or None when the line asks for no answer."""
+        if not line.strip():
+            return None
+        message = parse(line)
+        if message.kind is MessageKind.REQUEST:
+            assert message.body is not None
+            return encode(self.handle(message.body))
+        if message.kind is MessageKind.OPAQUE:
+            print(f"{SERVER_NAME}: ignored an input line: {message.why_opaque}", file=sys.stderr, flush=True)
+        # Notifications (initialized, cancelled, ...) need nothing; this server sends no requests to answer.
+        return None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The response to one JSON-RPC request."""
+        request_id = request["id"]
+        if request_id is None:
+            return error_response(None, INVALID_REQUEST, "Invalid Request", "a request id must be a string or number")
+        try:
+            result = self._dispatch(request["method"], request.get("params"), "params" in request)
+        except RequestError as exc:
+            return error_response(request_id, exc.code, exc.message, exc.data)
+        except Exception as exc:  # a bug here must cost one request, not the server
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            return error_response(request_id, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+        return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+    def _dispatch(self, method: str, raw_params: Any, has_params: bool) -> dict[str, Any]:
+        params: _Params | None = raw_params if isinstance(raw_params, dict) else None
+        meta = params.get("_meta") if params is not None else None
+        enveloped = isinstance(meta, dict) and META_PROTOCOL_VERSION in meta
+        if self.era is Era.UNKNOWN:
+            self.era = Era.MODERN if enveloped and method != "initialize" else Era.LEGACY
+        if self.era is Era.MODERN:
+            return self._modern(method, params)
+        if enveloped and method != "initialize":
+            raise RequestError(
+                INVALID_REQUEST,
+                "this connection serves the handshake protocol era; "
+                f"requests carrying the {LATEST_MODERN_VERSION} envelope are not accepted on it",
+            )
+        if has_params and params is None:
+            raise _bad_params("params must be an object")
+        return self._legacy(method, params or {})
+
+    # -- 2025-11-25: initialize, then requests on the session --
+
+    def _legacy(self, method: str, params: _Params) -> dict[str, Any]:
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "ping":
+            return {}
+        handler = self._methods.get(method)
+        if handler is None:
+            raise RequestError(METHOD_NOT_FOUND, "Method not found", method)
+        if not self.initialized:
+            raise _bad_params(f"{method} before initialize: the session starts with an initialize request")
+        return handler(params)
+
+    def _initialize(self, params: _Params) -> dict[str, Any]:
+        version = params.get("protocolVersion")
+        if not (
+            isinstance(version, str)
+            and isinstance(params.get("capabilities"), dict)
+            and isinstance(params.get("clientInfo"), dict)
+        ):
+            raise _bad_params("initialize needs protocolVersion (a string), capabilities and clientInfo (objects)")
+        self.initialized = True
+        return {
+            "protocolVersion": version if version in LEGACY_VERSIONS else LATEST_LEGACY_VERSION,
+            "capabilities": CAPABILITIES,
+            "serverInfo": SERVER_INFO,
+            "instructions": INSTRUCTIONS,
+        }
+
+    # -- 2026-07-28: every request stands alone, with its envelope in _meta --
+
+    def _modern(self, method: str, params: _Params | None) -> dict[str, Any]:
+        if method == "initialize":
+            requested = params.get("protocolVersion") if params is not None else None
+            data: dict[str, Any] = {"supported": list(MODERN_VERSIONS)}
+            if isinstance(requested, str):
+                data["requested"] = requested
+            raise RequestError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                f"connection is serving the {LATEST_MODERN_VERSION} protocol; the initialize handshake is not accepted",
+                data,
+            )
+        meta = params.get("_meta") if params is not None else None
+        if not isinstance(meta, dict):
+            raise RequestError(
+                INVALID_PARAMS,
+                f"params._meta must be an object carrying the required {META_PROTOCOL_VERSION!r} and "
+                f"{META_CLIENT_CAPABILITIES!r} envelope keys",
+            )
+        missing = [key for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if key not in meta]
+        if missing:
+            raise RequestError(
+                INVALID_PARAMS, f"params._meta is missing the required envelope key(s): {', '.join(missing)}"
+            )
+        version = meta[META_PROTOCOL_VERSION]
+        if not isinstance(version, str):
+            raise RequestError(INVALID_PARAMS, "the protocol-version envelope value must be a string")
+        if version not in MODERN_VERSIONS:
+            raise RequestError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                "Unsupported protocol version",
+                {"supported": list(MODERN_VERSIONS), "requested": version},
+            )
+        if not isinstance(meta[META_CLIENT_CAPABILITIES], dict):
+            raise _bad_params(f"{META_CLIENT_CAPABILITIES} must be an object")
+        assert params is not None  # it holds _meta
+        if method == "server/discover":
+            result: dict[str, Any] = {
+                "supportedVersions": list(MODERN_VERSIONS),
+                "capabilities": CAPABILITIES,
+                "instructions": INSTRUCTIONS,
+            }
+        else:
+            handler = self._methods.get(method)
+            if handler is None:
+                raise RequestError(METHOD_NOT_FOUND, "Method not found", method)
+            result = handler(params)
+        result["resultType"] = "complete"
+        if method in _LIST_METHODS or method == "server/discover":
+            result["ttlMs"] = 0
+            result["cacheScope"] = "private"
+        result["_meta"] = {META_SERVER_INFO: SERVER_INFO}
+        return result
+
+    # -- tools, the same in both eras --
+
+    def _list_tools(self, params: _Params) -> dict[str, Any]:
+        if self._tool_listing is None:
+            self._tool_listing = [tool.listing() for tool in TOOLS.values()]
+        return {"tools": self._tool_listing}
+
+    def _call_tool(self, params: _Params) -> dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise _bad_params("tools/call needs params.name, the tool's name (a string)")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        elif not isinstance(arguments, dict):
+            raise _bad_params("params.arguments must be an object mapping argument names to values")
+        tool = TOOLS.get(name)
+        if tool is None:
+            raise RequestError(INVALID_PARAMS, f"Unknown tool: {name!r}. The tools are: {', '.join(TOOLS)}.")
+        problems = argument_problems(tool.input_schema, arguments)
+        if problems:
+            raise RequestError(INVALID_PARAMS, f"Invalid arguments for tool {name!r}: {'; '.join(problems)}.")
+        try:
+            structured = tool.call(self.world, arguments)
+        except MockWorldError as exc:
+            text = f"Error executing tool {name}: {exc}"
+            return {"content": [{"type": "text", "text": text}], "isError": True}
+        text = json.dumps(structured, indent=2, ensure_ascii=False)
+        return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
 
 
-class MaintenanceInfo(_Out):
-    enabled: bool
-    reason: str | None = Field(description="Why the device is in maintenance; null when it is not.")
+# ---- the stdio loop and its exits -------------------------------------------------------------------
 
 
-class DeviceStatus(_Out):
-    as_of: AsOf
-    device_id: str
-    site_id: str
-    hostname: str
-    role: Role
-    model: str
-    status: DeviceState
-    interfaces_up: int
-    interfaces_total: int
-    maintenance: MaintenanceInfo
-    open_incident_ids: list[str]
+class _Stop(Exception):
+    """Raised by the signal handler to leave a blocking read."""
 
 
-class InterfaceMetrics(_Out):
-    name: str
-    speed_gbps: int
-    oper_status: OperStatus
-    utilization_pct: float = Field(description="Percent of line rate in use, 0-100.")
-    errors_per_min: int
-    latency_ms: float | None = Field(description="Round-trip latency to the peer; null while the interface is down.")
+class _Stopper:
+    """The SIGTERM/SIGINT handler.
 
-
-class DeviceInterfaces(_Out):
-    as_of: AsOf
-    device_id: str
-    interfaces: list[InterfaceMetrics]
-
-
-class MaintenanceChange(_Out):
-    as_of: AsOf
-    device_id: str
-    enabled: bool
-    reason: str | None
-    changed: bool = Field(description="False when the device was already in the requested state.")
-
-
-class IncidentOpened(_Out):
-    as_of: AsOf
-    incident_id: str
-    device_id: str
-    site_id: str
-    summary: str
-    severity: Severity
-    status: Literal["open"]
-    idempotency_key: str | None
-    opened_revision: int
-    created: bool = Field(description="False when idempotency_key matched an incident opened earlier.")
-
-
-_T = TypeVar("_T")
-
-
-def _answer(call: Callable[[], _T]) -> _T:
-    # ToolError keeps the message on the wire (isError: true); any other exception would be hidden.
-    try:
-        return call()
-    except MockWorldError as exc:
-        raise ToolError(str(exc)) from exc
-
-
-def build_server(world: World) -> MCPServer:
-    """An MCPServer whose tools read and write `world`.
-
-    Tools are async on purpose: a sync tool runs on a worker thread, and the world is only safe to touch
-    from the event loop, where each call runs to completion without interleaving.
+    While the loop is blocked reading stdin nothing is half-done, so the handler raises `_Stop` to leave
+    the read at once. At any other moment (a request being handled or its answer written) it only takes
+    note, and the loop stops after that answer: the world is never left in the middle of a change.
     """
-    server: MCPServer = MCPServer(
-        name=SERVER_NAME, version=SERVER_VERSION, instructions=INSTRUCTIONS, log_level="WARNING"
-    )
 
-    @server.tool(title="List sites", annotations=READ)
-    async def list_sites() -> SiteList:
-        """List every site (data center) with its region and device count."""
-        return SiteList.model_validate(world.list_sites())
+    def __init__(self) -> None:
+        self.reading = False
+        self.signum: int | None = None
 
-    @server.tool(title="Get site", annotations=READ)
-    async def get_site(site_id: SiteId) -> SiteDetail:
-        """Summarise one site: device counts by status, devices in maintenance, open incidents."""
-        return SiteDetail.model_validate(_answer(lambda: world.get_site(site_id)))
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        if self.reading:
+            raise _Stop
 
-    @server.tool(title="List devices", annotations=READ)
-    async def list_devices(site_id: SiteId) -> DeviceList:
-        """List the devices at a site with role, model and status (ok, degraded or down)."""
-        return DeviceList.model_validate(_answer(lambda: world.list_devices(site_id)))
 
-    @server.tool(title="Get device status", annotations=READ)
-    async def get_device_status(device_id: DeviceId) -> DeviceStatus:
-        """Status of one device: health, interfaces up, maintenance flag and open incidents."""
-        return DeviceStatus.model_validate(_answer(lambda: world.get_device_status(device_id)))
+def run(session: Session, stdin: BinaryIO, stdout: BinaryIO, stopper: _Stopper) -> None:
+    """Answer requests from `stdin` until EOF, a stop signal, or a closed `stdout`."""
+    try:
+        while True:
+            stopper.reading = True
+            # A signal that came while the flag was down was only noted: look before blocking.
+            if stopper.signum is not None:
+                return
+            line = stdin.readline()
+            stopper.reading = False
+            if not line:
+                return
+            response = session.handle_line(line)
+            if response is not None:
+                try:
+                    _write_all(stdout, response)
+                except (BrokenPipeError, ConnectionResetError):
+                    _discard_stdout()
+                    return
+    except _Stop:
+        return
+    finally:
+        stopper.reading = False
 
-    @server.tool(title="Get interface metrics", annotations=READ)
-    async def get_interface_metrics(device_id: DeviceId) -> DeviceInterfaces:
-        """Per-interface metrics of one device: oper status, utilization, errors per minute, latency."""
-        return DeviceInterfaces.model_validate(_answer(lambda: world.get_interface_metrics(device_id)))
 
-    @server.tool(
-        title="Set maintenance",
-        annotations=ToolAnnotations(
-            read_only_hint=False, idempotent_hint=True, destructive_hint=False, open_world_hint=False
-        ),
-    )
-    async def set_maintenance(
-        device_id: DeviceId,
-        enabled: Annotated[bool, Field(description="True to put the device in maintenance, false to end it.")],
-        reason: Annotated[str, Field(description="Why; required when enabling.")],
-    ) -> MaintenanceChange:
-        """Put a device into maintenance or take it out. Idempotent: repeating the same call changes nothing."""
-        return MaintenanceChange.model_validate(_answer(lambda: world.set_maintenance(device_id, enabled, reason)))
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    """One response, whole. Under PYTHONUNBUFFERED sys.stdout.buffer is a raw FileIO, which may write less."""
+    view = memoryview(data)
+    while view:
+        written = stream.write(view)
+        view = view[written or 0 :]
+    stream.flush()
 
-    @server.tool(
-        title="Open incident",
-        annotations=ToolAnnotations(
-            read_only_hint=False, idempotent_hint=False, destructive_hint=False, open_world_hint=False
-        ),
-    )
-    async def open_incident(
-        device_id: DeviceId,
-        summary: Annotated[str, Field(description="One line describing the problem.")],
-        severity: Annotated[Severity, Field(description="How bad it is.")],
-        idempotency_key: Annotated[
-            str | None,
-            Field(description="Optional client-chosen key; a repeated key returns the first incident instead."),
-        ] = None,
-    ) -> IncidentOpened:
-        """Open a new incident on a device. NOT idempotent: each call opens another incident unless the
-        idempotency_key was used before, in which case the earlier incident is returned with created=false."""
-        return IncidentOpened.model_validate(
-            _answer(lambda: world.open_incident(device_id, summary, severity, idempotency_key))
-        )
 
-    return server
+def _discard_stdout() -> None:
+    # The reader is gone; point fd 1 at /dev/null so the interpreter's final flush cannot fail.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def write_state(world: World, state_path: pathlib.Path) -> None:
     """Write `world.final_state()` atomically: readers see the old file or the whole new one."""
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(world.final_state(), indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{state_path.name}.", suffix=".tmp", dir=state_path.parent)
+    data = (json.dumps(world.final_state(), indent=2) + "\n").encode("utf-8")
+    # A name of our own next to the target (not tempfile: importing it costs more than this server's tools).
+    tmp = state_path.with_name(f".{state_path.name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, state_path)
     except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-
-
-async def _run(server: MCPServer, world: World, state_path: pathlib.Path | None) -> None:
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_exit_on_signal, world, state_path)
-        await server.run_stdio_async()
-        tg.cancel_scope.cancel()
-
-
-async def _exit_on_signal(world: World, state_path: pathlib.Path | None) -> None:
-    # Signals are received by the event loop, between tool calls, so the state written is never half a write.
-    with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-        async for signum in signals:
-            code = 0
-            if state_path is not None:
-                try:
-                    write_state(world, state_path)
-                except OSError as exc:
-                    print(f"mcpfault-mock: cannot write state to {state_path}: {exc}", file=sys.stderr)
-                    code = 1
-            print(f"mcpfault-mock: stopped by {signal.Signals(signum).name}", file=sys.stderr)
-            sys.stderr.flush()
-            # The SDK reads stdin on a worker thread that cancellation cannot interrupt, so an orderly unwind
-            # would hang until stdin closes. Nothing is left to save: leave now.
-            os._exit(code)
-
-
-class _Stop(Exception):
-    """A signal that arrived before the event loop took over signal handling."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
 
 
 def serve(seed: int = 0, state_path: pathlib.Path | None = None) -> None:
     """Serve a `World.generate(seed)` on stdio until stdin closes or SIGTERM/SIGINT arrives.
 
-    On exit, for any of those reasons, writes the world's final state as JSON to `state_path` if given.
-    On a signal the process ends inside this call (exit status 0, or 1 if the state could not be written).
+    On exit, for any of those reasons, writes the world's final state as JSON to `state_path` if given,
+    and returns. Raises SystemExit(1) if the state cannot be written.
     """
-    world = World.generate(seed)
-    # Until the loop's own receiver is installed no tool can have run, so unwinding anywhere is safe.
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in _STOP_SIGNALS}
+    stopper = _Stopper()
+    previous = {sig: signal.signal(sig, stopper) for sig in _STOP_SIGNALS}
+    world: World | None = None
     try:
-        anyio.run(_run, build_server(world), world, state_path)
-    except _Stop:
-        pass
+        world = World.generate(seed)
+        run(Session(world), sys.stdin.buffer, sys.stdout.buffer, stopper)
     finally:
-        # A late signal must not tear the final write.
+        # From here on a signal must not interrupt the final write (it is atomic, but then it would be missing).
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         try:
-            if state_path is not None:
-                write_state(world, state_path)
+            if stopper.signum is not None:
+                print(f"{SERVER_NAME}: stopped by {signal.Signals(stopper.signum).name}", file=sys.stderr, flush=True)
+            if state_path is not None and world is not None:
+                try:
+                    write_state(world, state_path)
+                except OSError as exc:
+                    print(f"{SERVER_NAME}: cannot write state to {state_path}: {exc}", file=sys.stderr, flush=True)
+                    raise SystemExit(1) from exc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypedDict, get_args
+from typing import Annotated, Any, Final, Literal, TypedDict, get_args
 
 from mcpfault.errors import MCPFaultError
 
@@ -138,7 +138,13 @@ class WriteRecord:
     revision: int  # the revision after the call
 
 
-# ---- answers (plain dicts at run time, typed for callers) -----------------------------------------
+# ---- answers: plain dicts at run time, typed for callers ------------------------------------------
+#
+# These TypedDicts are the one definition of each tool's result shape: the server derives every
+# outputSchema from them (`mcpfault.mock.schema`). A string in `Annotated[...]` is the field's description.
+# Every object schema gets `additionalProperties: false`, so a drifted answer fails client validation.
+
+AsOf = Annotated[int, "State revision this answer reflects; it grows by one on every change."]
 
 
 class SiteSummary(TypedDict):
@@ -149,7 +155,7 @@ class SiteSummary(TypedDict):
 
 
 class SiteListResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     sites: list[SiteSummary]
 
 
@@ -160,13 +166,13 @@ class StatusCounts(TypedDict):
 
 
 class SiteResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     site_id: str
     name: str
     region: str
     device_count: int
-    status_counts: StatusCounts
-    devices_in_maintenance: list[str]
+    status_counts: Annotated[StatusCounts, "Devices at the site by status."]
+    devices_in_maintenance: Annotated[list[str], "Ids of devices currently in maintenance."]
     open_incident_ids: list[str]
 
 
@@ -179,18 +185,18 @@ class DeviceSummary(TypedDict):
 
 
 class DeviceListResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     site_id: str
     devices: list[DeviceSummary]
 
 
 class MaintenanceInfo(TypedDict):
     enabled: bool
-    reason: str | None
+    reason: Annotated[str | None, "Why the device is in maintenance; null when it is not."]
 
 
 class DeviceStatusResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     device_id: str
     site_id: str
     hostname: str
@@ -207,27 +213,27 @@ class InterfaceInfo(TypedDict):
     name: str
     speed_gbps: int
     oper_status: OperStatus
-    utilization_pct: float
+    utilization_pct: Annotated[float, "Percent of line rate in use, 0-100."]
     errors_per_min: int
-    latency_ms: float | None
+    latency_ms: Annotated[float | None, "Round-trip latency to the peer; null while the interface is down."]
 
 
 class InterfaceMetricsResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     device_id: str
     interfaces: list[InterfaceInfo]
 
 
 class SetMaintenanceResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     device_id: str
     enabled: bool
     reason: str | None
-    changed: bool
+    changed: Annotated[bool, "False when the device was already in the requested state."]
 
 
 class IncidentResult(TypedDict):
-    as_of: int
+    as_of: AsOf
     incident_id: str
     device_id: str
     site_id: str
@@ -236,7 +242,7 @@ class IncidentResult(TypedDict):
     status: Literal["open"]
     idempotency_key: str | None
     opened_revision: int
-    created: bool
+    created: Annotated[bool, "False when idempotency_key matched an incident opened earlier."]
 
 
 # ---- the world ------------------------------------------------------------------------------------
@@ -245,7 +251,7 @@ class IncidentResult(TypedDict):
 class World:
     """Sites, devices, interfaces (fixed at generation) plus maintenance and incidents (mutable).
 
-    Not thread-safe: the server calls it from one event loop, where each call runs to completion.
+    Not thread-safe: the server calls it from one thread, one request at a time.
     """
 
     def __init__(
