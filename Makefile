@@ -10,7 +10,7 @@ NPM_STAMP := tests/npm/node_modules/.installed-stamp
 .PHONY: run test lint bench setup clean
 
 run: $(STAMP)
-	$(BIN)/mcpfault run
+	$(BIN)/mcpfault bench
 
 test: $(STAMP) $(NPM_STAMP) lint
 	$(BIN)/pytest

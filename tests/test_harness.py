@@ -173,6 +173,7 @@ def test_bench_command_writes_records_report_and_charts(tmp_path):
         (("bench", "--agents", "careful"), "unknown agent 'careful'; choose from: naive, retry-only, resilient"),
         (("run", "--agent", "careful"), "unknown agent 'careful'"),
         (("run", "--tasks", "0"), "--tasks 0: give at least 1"),
+        (("bench", "--workflows", "site_triage,coffee"), "unknown workflow 'coffee'; choose from: site_triage"),
         (("run", "--out", "/proc/nope/x"), "--out /proc/nope/x: cannot write there"),
     ],
 )

@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
     run.add_argument("--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>")
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
+    run.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
     run.add_argument("--seed", type=int, default=0, help="world and task seed (default 0)")
     run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
     run.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
@@ -117,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--agents", help="comma-separated agent names (default: naive,retry-only,resilient)")
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
+    bench.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
     bench.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
     bench.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
@@ -227,6 +229,14 @@ def _output_dir(out: Path | None, default_name: str) -> Path:
     return path
 
 
+def _workflows(option: str | None) -> tuple[str, ...]:
+    from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows
+
+    if option is None:
+        return WORKFLOWS
+    return check_workflows([w.strip() for w in option.split(",") if w.strip()])
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -260,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
         profile=profile_path,
         profile_name=loaded.name,
         agent=agent,
-        tasks=tuple(plan_tasks(world, args.tasks, args.seed)),
+        tasks=tuple(plan_tasks(world, args.tasks, args.seed, workflows=_workflows(args.workflows))),
         out_dir=out,
         world_seed=args.seed,
         deadline_s=args.deadline,
@@ -315,6 +325,7 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         jobs=args.jobs,
         deadline_s=args.deadline,
+        workflows=_workflows(args.workflows),
     )
     world = World.generate(args.seed)
     plan_sessions(config, world)  # every name and profile is checked before the output directory exists
@@ -322,6 +333,7 @@ def _bench(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
     console = _console()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     total = len(config.profiles) * len(agents) * args.tasks
     columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
@@ -334,8 +346,9 @@ def _bench(args: argparse.Namespace) -> int:
         tasks_per_cell=args.tasks,
         wall_s=round(result.wall_s, 1),
         jobs=args.jobs,
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        started_at=started_at,
         machine=f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}",
+        proxy_overhead=result.proxy_overhead(),
     )
     report = write_report(result.records, out, meta) if result.records else None
     print_summary(result.records, console)

@@ -50,3 +50,22 @@ def touches_by_task(
                 touch.fault_types.append(fault_type)
             touch.fault_modes.append(f"{fault_type}:{mode}")
     return touches
+
+
+def latency_pairs(
+    attempts: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]
+) -> list[tuple[float, float]]:
+    """(client-seen seconds, upstream seconds as the proxy timed it) for calls no fault touched.
+
+    The difference is what the proxy (and the two extra pipe hops) adds to a call.
+    """
+    clean = {
+        e.get("request_id"): float(e["duration_s"])
+        for e in events
+        if not e.get("fault_type") and e.get("client_received") == "response" and "duration_s" in e
+    }
+    return [
+        (float(a["duration_s"]), clean[a["request_id"]])
+        for a in attempts
+        if a.get("outcome") == "ok" and a.get("request_id") in clean
+    ]

@@ -20,7 +20,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
-from mcpfault.harness.agents.tasks import plan_tasks
+from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 
@@ -50,6 +50,7 @@ class BenchConfig:
     seed: int = 0
     jobs: int = 16
     deadline_s: float = 0.5
+    workflows: tuple[str, ...] = WORKFLOWS
 
 
 @dataclass(slots=True)
@@ -58,6 +59,26 @@ class BenchResult:
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     sessions: int = 0
+    latencies: list[tuple[float, float]] = field(default_factory=list)
+
+    def proxy_overhead(self) -> dict[str, float] | None:
+        """Medians over calls no fault touched: what the client waited, what the server took, the difference."""
+        if not self.latencies:
+            return None
+        client = sorted(c for c, _ in self.latencies)
+        upstream = sorted(u for _, u in self.latencies)
+        added = sorted(c - u for c, u in self.latencies)
+
+        def at(values: list[float], share: float) -> float:
+            return round(1000 * values[min(len(values) - 1, int(share * len(values)))], 3)
+
+        return {
+            "calls": float(len(self.latencies)),
+            "client_p50_ms": at(client, 0.5),
+            "upstream_p50_ms": at(upstream, 0.5),
+            "added_p50_ms": at(added, 0.5),
+            "added_p95_ms": at(added, 0.95),
+        }
 
 
 def profiles_dir() -> Path:
@@ -85,7 +106,7 @@ def resolve_profile(name_or_path: str) -> Path:
 def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
     if config.tasks < 1 or config.session_tasks < 1:
         raise UsageError("--tasks and --session-tasks must be at least 1")
-    tasks = plan_tasks(world, config.tasks, config.seed)
+    tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
     count = math.ceil(config.tasks / config.session_tasks)
     plans = []
     for profile_path in config.profiles:
@@ -133,6 +154,7 @@ async def run_bench(
         finished, key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.session, order[id(s.plan)])
     ):
         result.records.extend(session.records)
+        result.latencies.extend(session.latencies)
         if session.error:
             result.errors.append(session.error)
     return result

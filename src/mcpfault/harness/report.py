@@ -488,11 +488,17 @@ def _overhead_section(meta: ReportMeta) -> list[str]:
     if not meta.proxy_overhead:
         return []
     rows = [[md(name), _figure(name, value)] for name, value in sorted(meta.proxy_overhead.items())]
-    return ["## Proxy overhead", "", *md_table(["figure", "value"], rows)]
+    intro = (
+        "Over tool calls no fault touched: `client_*` is the round trip the agent saw, `upstream_*` the time "
+        "the proxy waited for the server, `added_*` their difference per call (the proxy and its two pipe hops)."
+    )
+    return ["## Proxy overhead", "", intro, "", *md_table(["figure", "value"], rows)]
 
 
 def _figure(name: str, value: float) -> str:
-    return f"{value:,.3f} ms" if name.endswith("_ms") else f"{value:,.3f}"
+    if name.endswith("_ms"):
+        return f"{value:,.3f} ms"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3f}"
 
 
 def _charts_section() -> list[str]:

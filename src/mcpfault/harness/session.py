@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcpfault.analysis.join import faults_by_request, touches_by_task
+from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
 from mcpfault.analysis.judge import TaskRun, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
@@ -51,6 +51,7 @@ class SessionResult:
     runs: list[TaskRun] = field(default_factory=list)
     wall_s: float = 0.0
     error: str | None = None  # the session broke (server died, could not start): what and why
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (client s, upstream s), unfaulted calls
 
 
 def proxy_command(plan: SessionPlan) -> list[str]:
@@ -93,6 +94,7 @@ async def run_session(
         result.records = judge_session(plan, world, result.runs, attempts)
     except MCPFaultError as exc:
         result.error = str(exc)
+    result.latencies = latency_pairs(attempts, _read_jsonl(plan.out_dir / "events.jsonl"))
     return result
 
 

@@ -133,7 +133,7 @@ class RetryOnly(Agent):
 class Breaker:
     """Opens after ``threshold`` consecutive failures; after ``cooldown_s`` lets one probe through."""
 
-    threshold: int = 8
+    threshold: int = 10
     cooldown_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
     failures: int = 0
@@ -169,7 +169,8 @@ class Budget:
 
 class Resilient(RetryOnly):
     name = "resilient"
-    max_attempts = 6
+    # 0.2^8: eight lost answers in a row for one call is a 1-in-390,000 streak at the timeout profile's rate.
+    max_attempts = 8
 
     def __init__(self, client: StdioClient, rng: random.Random, disabled: frozenset[str] = frozenset()) -> None:
         super().__init__(client, rng)

@@ -8,10 +8,11 @@ policy), so every agent runs exactly this code.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mcpfault.errors import UsageError
 from mcpfault.mock.world import World
 
 WORKFLOWS = ("site_triage", "interface_check", "maintenance_roundtrip", "open_incident")
@@ -36,13 +37,24 @@ class TaskSpec:
         return {"index": self.index, "workflow": self.workflow, "target": self.target, "tag": self.tag}
 
 
-def plan_tasks(world: World, count: int, seed: int, *, first_index: int = 0) -> list[TaskSpec]:
+def check_workflows(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in WORKFLOWS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown workflow {', '.join(map(repr, unknown)) or '(none given)'}; choose from: {', '.join(WORKFLOWS)}"
+        )
+    return tuple(names)
+
+
+def plan_tasks(
+    world: World, count: int, seed: int, *, first_index: int = 0, workflows: Sequence[str] = WORKFLOWS
+) -> list[TaskSpec]:
     """The same tasks for every agent and profile of a run: workflows in rotation, targets drawn from ``seed``."""
     rng = random.Random(f"tasks:{seed}")
     sites, devices = world.site_ids(), world.device_ids()
     specs = []
     for offset in range(first_index + count):
-        workflow = WORKFLOWS[offset % len(WORKFLOWS)]
+        workflow = workflows[offset % len(workflows)]
         target = rng.choice(sites) if workflow == "site_triage" else rng.choice(devices)
         if offset >= first_index:
             specs.append(TaskSpec(offset, workflow, target, f"task-{seed}-{offset}"))
