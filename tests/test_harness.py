@@ -109,6 +109,35 @@ def test_renamed_fields_fool_naive_code_and_reconciliation_maps_them_back(tmp_pa
     assert [r.outcome for r in session(tmp_path, drift, "resilient", specs)] == ["recovered", "recovered"]
 
 
+def test_a_server_that_dies_mid_run_ends_the_session_with_a_clear_error_and_keeps_results(tmp_path):
+    out = tmp_path / "dies"
+    state = out / "server-state.json"
+    # The mock server behind a pipe that closes after 12 lines: it sees EOF, saves its state and exits.
+    forward_12 = (
+        "import sys\nfor _ in range(12): sys.stdout.buffer.write(sys.stdin.buffer.readline()); sys.stdout.flush()"
+    )
+    server = (
+        "sh",
+        "-c",
+        f"{sys.executable} -c '{forward_12}' | {sys.executable} -m mcpfault mock-server --state {state}",
+    )
+    specs = [TaskSpec(i, "site_triage", WORLD.site_ids()[0], f"t{i}") for i in range(6)]
+    plan = SessionPlan(
+        profile=Path("profiles/baseline.toml"),
+        profile_name="baseline",
+        agent="naive",
+        tasks=tuple(specs),
+        out_dir=out,
+        server_command=server,
+    )
+    result = bounded(run_session, plan, WORLD)
+    assert result.error is not None and "broke" in result.error
+    assert "exited" in result.error or "closed" in result.error
+    assert result.records and len(result.records) < len(specs)  # the tasks that ran are judged and kept
+    assert result.records[0].outcome == "success"
+    assert (out / "attempts.jsonl").read_text()
+
+
 def counts(records) -> Counter:
     return Counter((r.profile, r.agent, r.outcome) for r in records)
 

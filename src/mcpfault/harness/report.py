@@ -490,7 +490,9 @@ def _overhead_section(meta: ReportMeta) -> list[str]:
     rows = [[md(name), _figure(name, value)] for name, value in sorted(meta.proxy_overhead.items())]
     intro = (
         "Over tool calls no fault touched: `client_*` is the round trip the agent saw, `upstream_*` the time "
-        "the proxy waited for the server, `added_*` their difference per call (the proxy and its two pipe hops)."
+        "the proxy waited for the server, `added_*` their difference per call (the proxy and its two pipe hops). "
+        f"Measured under the bench's own load ({meta.jobs} sessions at a time on {meta.machine.split(',')[0]}), so "
+        "they include CPU contention; the proxy's cost on a quiet machine is in `docs/results/performance.md`."
     )
     return ["## Proxy overhead", "", intro, "", *md_table(["figure", "value"], rows)]
 

@@ -42,6 +42,7 @@ class SessionPlan:
     deadline_s: float = 0.5
     era: Era = "legacy"
     proxy_summary: bool = False  # the proxy's fault table, in proxy.log
+    server_command: tuple[str, ...] | None = None  # None: the bundled mock server with world_seed
 
 
 @dataclass(slots=True)
@@ -58,6 +59,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     python = sys.executable
     server = [python, "-m", "mcpfault", "mock-server", "--seed", str(plan.world_seed)]
     server += ["--state", str(plan.out_dir / "server-state.json")]
+    if plan.server_command is not None:
+        server = list(plan.server_command)
     proxy = [python, "-m", "mcpfault", "proxy", "--config", str(plan.profile)]
     if not plan.proxy_summary:
         proxy.append("--no-summary")
