@@ -100,11 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
     run.add_argument("--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>")
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
-    run.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
-    run.add_argument("--seed", type=int, default=0, help="world and task seed (default 0)")
     run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
-    run.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
-    run.add_argument("--out", type=Path, help="output directory (default runs/<time>-<profile>-<agent>)")
+    _task_options(run, "runs/<time>-<profile>-<agent>")
     run.set_defaults(handler=_run)
 
     bench = commands.add_parser(
@@ -118,11 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--agents", help="comma-separated agent names (default: naive,retry-only,resilient)")
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
-    bench.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
-    bench.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
-    bench.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
-    bench.add_argument("--out", type=Path, help="output directory (default runs/bench-<time>)")
+    _task_options(bench, "runs/<time>-bench")
     bench.set_defaults(handler=_bench)
 
     mock = commands.add_parser(
@@ -135,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
     mock.add_argument("--state", type=Path, metavar="FILE.json", help="write the final state here at exit")
     mock.set_defaults(handler=_mock_server)
     return parser
+
+
+def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
+    parser.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
+    parser.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
+    parser.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
+    parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
 
 
 def _logging_options(parser: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from mcpfault.faults.base import (
     load_object,
 )
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.values import rename_keys
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
@@ -82,7 +83,7 @@ class SchemaDrift(FaultBase):
         if not isinstance(result, dict) or not self.rename_fields:
             return
         if "structuredContent" in result:
-            result["structuredContent"] = _rename_keys(result["structuredContent"], self.rename_fields)
+            result["structuredContent"] = rename_keys(result["structuredContent"], self.rename_fields)
         for item in result.get("content") or []:
             if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
                 try:
@@ -90,7 +91,7 @@ class SchemaDrift(FaultBase):
                 except ValueError:
                     continue
                 if isinstance(parsed, dict | list):
-                    item["text"] = json.dumps(_rename_keys(parsed, self.rename_fields))
+                    item["text"] = json.dumps(rename_keys(parsed, self.rename_fields))
 
     def _rewrite_list(self, body: dict[str, Any], ctx: PlanContext) -> None:
         result = body.get("result")
@@ -124,14 +125,6 @@ def _advertise_list_changed(body: dict[str, Any]) -> None:
         tools = capabilities.setdefault("tools", {})
         if isinstance(tools, dict):
             tools["listChanged"] = True
-
-
-def _rename_keys(node: Any, names: Mapping[str, str]) -> Any:
-    if isinstance(node, dict):
-        return {names.get(k, k): _rename_keys(v, names) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_rename_keys(v, names) for v in node]
-    return node
 
 
 def _rename_schema(schema: Any, names: Mapping[str, str]) -> Any:

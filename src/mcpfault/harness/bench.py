@@ -21,21 +21,12 @@ from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
+from mcpfault.harness.report import AGENT_ORDER, PROFILE_ORDER
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 
-DEFAULT_PROFILES = (
-    "baseline",
-    "timeout",
-    "latency",
-    "error",
-    "malformed",
-    "stale",
-    "drift_input",
-    "drift_output",
-    "mixed",
-)
-DEFAULT_AGENTS = ("naive", "retry-only", "resilient")
+DEFAULT_PROFILES = PROFILE_ORDER
+DEFAULT_AGENTS = AGENT_ORDER
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
 

@@ -13,6 +13,9 @@ from typing import Any
 import jsonschema
 
 from mcpfault.errors import ContractChanged
+from mcpfault.protocol.values import rename_keys
+
+__all__ = ["find_renames", "rename_keys", "validate"]
 
 _validators: dict[int, jsonschema.protocols.Validator] = {}
 
@@ -35,15 +38,6 @@ def find_renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, st
     mapping: dict[str, str] = {}
     _walk(old, new, mapping)
     return mapping
-
-
-def rename_keys(value: Any, names: Mapping[str, str]) -> Any:
-    """Rename object keys at every depth (the inverse of a server that renamed fields everywhere)."""
-    if isinstance(value, dict):
-        return {names.get(k, k): rename_keys(v, names) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rename_keys(v, names) for v in value]
-    return value
 
 
 def _walk(old: Any, new: Any, mapping: dict[str, str]) -> None:
