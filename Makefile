@@ -7,12 +7,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NPM_STAMP := tests/npm/node_modules/.installed-stamp
 
-.PHONY: run test lint bench setup clean
+.PHONY: run test lint bench setup clean prometheus
 
 run: $(STAMP)
 	$(BIN)/mcpfault bench
 
-test: $(STAMP) $(NPM_STAMP) lint
+test: $(STAMP) $(NPM_STAMP) prometheus lint
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -23,7 +23,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md
 
-setup: $(STAMP) $(NPM_STAMP)
+setup: $(STAMP) $(NPM_STAMP) prometheus
+
+# The tests scrape with a real Prometheus and push to a real Pushgateway (Debian's packages, run by
+# the tests on 127.0.0.1; the system services are not started).
+prometheus:
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/prometheus-pushgateway ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-pushgateway >/dev/null; \
+	else echo "make test: run as root once, or: sudo apt-get install prometheus prometheus-pushgateway" >&2; fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

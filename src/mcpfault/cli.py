@@ -73,6 +73,20 @@ def _parser() -> argparse.ArgumentParser:
         help="after the client leaves or a signal arrives, how long the server gets to exit (default 5)",
     )
     proxy.add_argument("--no-summary", action="store_true", help="do not print the fault summary at exit")
+    proxy.add_argument("--spans", type=Path, metavar="FILE.jsonl", help="write one OTLP JSON line per span batch")
+    proxy.add_argument(
+        "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    proxy.add_argument(
+        "--no-propagate",
+        action="store_true",
+        help="do not put the proxy's trace context into requests (they cross byte for byte)",
+    )
+    proxy.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
+    )
     _logging_options(proxy)
     proxy.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_COMMAND [ARGS...]")
     proxy.set_defaults(handler=_proxy)
@@ -170,15 +184,66 @@ def _proxy(args: argparse.Namespace) -> int:
             events = JsonlEventSink(args.events)
         except OSError as exc:
             raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
-    core = ProxyCore(engine, events=events)
+    telemetry = _proxy_telemetry(args)
+    observers = [telemetry.observer] if telemetry.observer is not None else []
+    core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     try:
         status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
     finally:
         if events is not None:
             events.close()
+        telemetry.close()
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr)
     return status
+
+
+@dataclasses.dataclass
+class _ProxyTelemetry:
+    observer: Any = None
+    provider: Any = None
+    server: Any = None
+
+    def close(self) -> None:
+        if self.provider is not None:
+            self.provider.shutdown()  # flushes the batch of spans still queued
+        if self.server is not None:
+            self.server.shutdown()
+
+
+def _proxy_telemetry(args: argparse.Namespace) -> _ProxyTelemetry:
+    """Spans and metrics, only when asked for: an untraced proxy imports none of it."""
+    import os
+
+    wants_env = bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    if args.spans is None and args.otlp_endpoint is None and args.metrics_addr is None and not wants_env:
+        return _ProxyTelemetry()
+    from mcpfault import __version__ as version
+    from mcpfault.faults.catalog import CATALOG
+    from mcpfault.proxy.observe import TelemetryObserver, fault_label_sets
+    from mcpfault.telemetry import metrics, tracing
+
+    result = _ProxyTelemetry()
+    try:
+        result.provider = tracing.configure_tracing(
+            "mcpfault-proxy", spans_file=args.spans, otlp_endpoint=args.otlp_endpoint
+        )
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"tracing: {exc}") from None
+    proxy_metrics = None
+    if args.metrics_addr is not None:
+        types, modes = fault_label_sets(CATALOG)
+        proxy_metrics = metrics.ProxyMetrics("stdio", fault_types=types, fault_modes=modes)
+        token = os.environ.get("MCPFAULT_METRICS_TOKEN") or None
+        try:
+            result.server, _ = metrics.start_metrics_server(args.metrics_addr, proxy_metrics.registry, token=token)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"--metrics-addr {args.metrics_addr}: {exc}") from None
+    tracer = result.provider.get_tracer("mcpfault.proxy", version) if result.provider is not None else None
+    result.observer = TelemetryObserver(tracer, proxy_metrics)
+    return result
 
 
 def _validate(args: argparse.Namespace) -> int:

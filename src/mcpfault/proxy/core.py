@@ -11,10 +11,10 @@ from __future__ import annotations
 import enum
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 
@@ -47,10 +47,41 @@ class InFlight(NamedTuple):
     body: dict[str, Any]
     decision: Decision
     started: float
+    tokens: tuple[Any, ...] = ()  # what each observer keeps for this request (a span, say)
+    handled_s: float = 0.0  # the proxy's own time on the request's way in (observed requests only)
 
     @property
     def call(self) -> Call:
         return Call.from_body(self.body)
+
+
+class Finished(NamedTuple):
+    """How one request ended, as observers (spans, metrics) see it."""
+
+    call: Call
+    decision: Decision
+    started: float  # core clock
+    finished: float
+    received: str  # response, error, tool_error, nothing, malformed, cancelled, upstream_exited
+    error_code: int | None
+    upstream_contacted: bool
+    delay_s: float
+    protocol_version: str | None
+    added_s: float | None  # the proxy's own handling time, both ways; None when it means nothing (exit, cancel)
+
+
+class RequestObserver(Protocol):
+    """Watches each request that the engine saw, from arrival to what the client received."""
+
+    def started(self, call: Call, decision: Decision, started: float) -> Any:
+        """Return a token kept with the request (or None)."""
+        ...
+
+    def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
+        """Write context into the upstream request's ``params._meta``; True when something was written."""
+        ...
+
+    def finished(self, token: Any, outcome: Finished) -> None: ...
 
 
 @dataclass(slots=True)
@@ -69,12 +100,17 @@ class ProxyCore:
         engine: Engine,
         *,
         events: EventSink | None = None,
+        observers: Sequence[RequestObserver] = (),
+        propagate: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.era = EraTracker()
         self.stats = Stats()
         self._events = events
+        self._observers = tuple(observers)
+        self._response_arrived = 0.0
+        self._propagate = propagate and bool(self._observers)
         self._clock = clock
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
         self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
@@ -98,27 +134,45 @@ class ProxyCore:
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
-        if not self.engine.cares_about(method):
+        if not self.engine.cares_about(method) and not self._observers:
             # The common case, kept lean (it runs cache-cold after every wake-up): nothing can happen
             # to this request on its way through.
             self._track(InFlight(body, PASS, self._clock()))
             return [Emit(To.SERVER, line)]
         call = Call.from_body(body)
-        decision = self.engine.decide(call)
+        decision = self.engine.decide(call) if self.engine.cares_about(method) else PASS
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
-        pending = InFlight(body, decision, self._clock())
+        started = self._clock()
+        tokens = tuple(o.started(call, decision, started) for o in self._observers)
+        pending = InFlight(body, decision, started, tokens)
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
             self._record(pending, delivery, upstream_contacted=False)
             if delivery.data is not None:
                 emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s))
             return emits
-        self._track(pending)
-        upstream = line if decision.upstream_request is None else jsonrpc.encode(dict(decision.upstream_request))
+        upstream_body = decision.upstream_request
+        if self._propagate:
+            upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
+        upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
         emits.append(Emit(To.SERVER, upstream))
+        self._track(pending._replace(handled_s=self._clock() - started))
         return emits
+
+    def _with_context(self, body: Mapping[str, Any], tokens: tuple[Any, ...]) -> Mapping[str, Any] | None:
+        """The request with the proxy's trace context in ``params._meta``, so the server's spans nest under ours."""
+        params = body.get("params")
+        params = dict(params) if isinstance(params, Mapping) else {}
+        meta = dict(params["_meta"]) if isinstance(params.get("_meta"), Mapping) else {}
+        changed = False
+        for observer, token in zip(self._observers, tokens, strict=True):
+            changed = observer.propagate(token, meta) or changed
+        if not changed:
+            return None
+        params["_meta"] = meta
+        return {**body, "params": params}
 
     def _track(self, pending: InFlight) -> None:
         key = jsonrpc.id_key(pending.body["id"])
@@ -148,6 +202,8 @@ class ProxyCore:
     # -- server to client ---------------------------------------------------------------------
 
     def from_server(self, line: bytes) -> list[Emit]:
+        if self._observers:
+            self._response_arrived = self._clock()
         message = jsonrpc.parse(line)
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
@@ -159,7 +215,7 @@ class ProxyCore:
         if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
         decision = pending.decision
-        if decision is PASS and self._events is None and not self._watch_responses:
+        if decision is PASS and self._events is None and not self._watch_responses and not self._observers:
             if pending.body["method"] in HANDSHAKE_METHODS:
                 self.era.observe_handshake_result(pending.body["method"], body.get("result"))
             return [Emit(To.CLIENT, line)]
@@ -169,7 +225,7 @@ class ProxyCore:
         if self._watch_responses:
             self.engine.observe_response(call, line, body)
         if not decision.steps:
-            if decision.applied or self._events is not None:
+            if decision.applied or self._events is not None or self._observers:
                 self._record(pending, Delivery(line), upstream_contacted=True, body=body)
             return [Emit(To.CLIENT, line)]
         delivery = decision.deliver(line)
@@ -227,6 +283,28 @@ class ProxyCore:
             error_code = jsonrpc.UPSTREAM_UNAVAILABLE if received == "upstream_exited" else None
         if decision.applied:
             self.stats.received[received] += 1
+        if self._observers:
+            now = self._clock()
+            if received in ("upstream_exited", "cancelled"):
+                added_s: float | None = None
+            elif upstream_contacted:
+                added_s = pending.handled_s + (now - self._response_arrived)
+            else:
+                added_s = now - pending.started
+            outcome = Finished(
+                call,
+                decision,
+                pending.started,
+                now,
+                received,
+                error_code,
+                upstream_contacted,
+                delivery.delay_s,
+                self.era.protocol_version,
+                added_s,
+            )
+            for observer, token in zip(self._observers, pending.tokens, strict=False):
+                observer.finished(token, outcome)
         if self._events is None:
             return
         first = decision.applied[0] if decision.applied else None

@@ -1,0 +1,379 @@
+"""Prometheus metrics for the proxy and the harness, and the endpoint that serves them.
+
+Each metrics object owns its own ``CollectorRegistry``: the global one would collect whatever any
+library registers there, and two proxies in one test process would collide on it.
+
+Exemplars carry the trace id of one request that landed in a bucket (``{"trace_id": hex}``), so a
+latency spike on a Grafana panel links to the very trace that caused it. They are exposed only in
+the OpenMetrics format, which Prometheus asks for.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+from wsgiref.simple_server import make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+from prometheus_client.exposition import _SilentHandler as _QuietHandler
+
+from mcpfault.telemetry import names
+
+_INVALID_TRACE_ID = "0" * 32
+
+# WSGI plumbing, typed loosely on purpose: the stdlib's wsgiref types live in _typeshed only.
+_StartResponse = Callable[..., Any]
+_WsgiApp = Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]
+
+
+def normalize_method(method: str) -> str:
+    """``method`` if it is a known MCP method, else ``_OTHER``: a peer must not mint label values."""
+    return method if method in names.KNOWN_MCP_METHODS else names.OTHER
+
+
+def _exemplar(trace_id_hex: str | None) -> dict[str, str] | None:
+    if not trace_id_hex or trace_id_hex == _INVALID_TRACE_ID:
+        return None
+    return {names.EXEMPLAR_TRACE_ID: trace_id_hex}
+
+
+class ProxyMetrics:
+    """The proxy's metrics for one transport.
+
+    ``fault_types`` and ``fault_modes`` are the label values allowed (the fault catalog's names and
+    modes, passed in because telemetry sits below the fault layer); anything else is recorded as
+    ``_OTHER``. Child metrics are cached per label combination because ``.labels()`` costs a lock and
+    a dict lookup with tuple building on every call; the cache key is the normalized label values,
+    so its size is bounded by the fixed label sets.
+    """
+
+    def __init__(
+        self,
+        transport: str,
+        *,
+        fault_types: Iterable[str],
+        fault_modes: Iterable[str],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if transport not in names.TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r} for metrics; use one of {', '.join(names.TRANSPORTS)}")
+        self.transport = transport
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._fault_types = frozenset(fault_types) | {names.FAULT_TYPE_NONE}
+        self._fault_modes = frozenset(fault_modes)
+
+        self._requests = Counter(
+            names.REQUESTS_TOTAL,
+            "MCP messages from the client, by method and by the fault injected (none when untouched).",
+            names.REQUESTS_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        self._faults = Counter(
+            names.FAULTS_INJECTED_TOTAL,
+            "Faults injected, by fault type and mode.",
+            names.FAULTS_INJECTED_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        self._duration = Histogram(
+            names.REQUEST_DURATION_SECONDS,
+            "End-to-end request duration through the proxy, as the client sees it (injected delays included).",
+            names.REQUEST_DURATION_SECONDS_LABELS,
+            registry=self.registry,
+            buckets=names.MCP_DURATION_BUCKETS,
+        )
+        self._added = Histogram(
+            names.PROXY_ADDED_SECONDS,
+            "Time the proxy itself adds to a request (parsing, deciding, relaying; injected delays excluded).",
+            names.PROXY_ADDED_SECONDS_LABELS,
+            registry=self.registry,
+            buckets=names.PROXY_ADDED_BUCKETS,
+        )
+        self._in_flight = Gauge(
+            names.REQUESTS_IN_FLIGHT,
+            "Requests forwarded or held by the proxy and not yet answered.",
+            names.REQUESTS_IN_FLIGHT_LABELS,
+            registry=self.registry,
+        )
+        self._exits = Counter(
+            names.UPSTREAM_EXITS_TOTAL,
+            "Times the upstream MCP server exited or its connection closed.",
+            names.UPSTREAM_EXITS_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        # One transport per object, so these children never change.
+        self._added_child = self._added.labels(transport)
+        self._in_flight_child = self._in_flight.labels(transport)
+        self._exits_child = self._exits.labels(transport)
+        self._request_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._fault_children: dict[tuple[str, str], Counter] = {}
+
+    def fault_label(self, fault_type: str | None) -> str:
+        if fault_type is None:
+            return names.FAULT_TYPE_NONE
+        return fault_type if fault_type in self._fault_types else names.OTHER
+
+    def observe_request(
+        self,
+        method: str,
+        fault_type: str | None,
+        duration_s: float,
+        added_s: float | None,
+        trace_id_hex: str | None = None,
+    ) -> None:
+        """One finished request: counts it and records its durations, with the trace as exemplar.
+
+        ``added_s`` is None when the proxy's own share is not meaningful (the request was dropped).
+        """
+        key = (normalize_method(method), self.fault_label(fault_type))
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self._requests.labels(key[0], key[1], self.transport),
+                self._duration.labels(key[0], self.transport),
+            )
+            # A race here only builds the same children twice; labels() itself is thread-safe.
+            self._request_children[key] = children
+        exemplar = _exemplar(trace_id_hex)
+        children[0].inc(1, exemplar)
+        children[1].observe(duration_s, exemplar)
+        if added_s is not None:
+            self._added_child.observe(added_s, exemplar)
+
+    def fault_injected(self, fault_type: str, mode: str, trace_id_hex: str | None = None) -> None:
+        key = (self.fault_label(fault_type), mode if mode in self._fault_modes else names.OTHER)
+        child = self._fault_children.get(key)
+        if child is None:
+            child = self._fault_children[key] = self._faults.labels(*key)
+        child.inc(1, _exemplar(trace_id_hex))
+
+    def request_started(self) -> None:
+        self._in_flight_child.inc()
+
+    def request_finished(self) -> None:
+        self._in_flight_child.dec()
+
+    def upstream_exited(self) -> None:
+        self._exits_child.inc()
+
+
+class HarnessMetrics:
+    """Outcomes of `run`/`bench` tasks; pushed to a Pushgateway since a run ends before any scrape.
+
+    ``profile`` and ``agent`` label values come from the run's own configuration (a handful per
+    benchmark matrix), never from a peer, so they are passed through.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._outcomes = Counter(
+            names.TASK_OUTCOMES_TOTAL,
+            "Agent tasks by judged outcome (success, recovered, failed_detected, failed_silent).",
+            names.TASK_OUTCOMES_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        self._recovery = Histogram(
+            names.TASK_RECOVERY_SECONDS,
+            "Time from the first injected fault in a task to the agent's successful recovery.",
+            names.TASK_RECOVERY_SECONDS_LABELS,
+            registry=self.registry,
+            buckets=names.MCP_DURATION_BUCKETS,
+        )
+        self._retries = Counter(
+            names.TASK_RETRIES_TOTAL,
+            "Requests the agent re-issued after a failure.",
+            names.TASK_RETRIES_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        self._duplicates = Counter(
+            names.DUPLICATES_TOTAL,
+            "Side effects the server performed more than once for one intended action.",
+            names.DUPLICATES_TOTAL_LABELS,
+            registry=self.registry,
+        )
+        self._silent = Counter(
+            names.SILENT_FAILURES_TOTAL,
+            "Tasks the agent reported as done although the world says otherwise.",
+            names.SILENT_FAILURES_TOTAL_LABELS,
+            registry=self.registry,
+        )
+
+    def record_outcome(self, profile: str, agent: str, outcome: str, trace_id_hex: str | None = None) -> None:
+        self._outcomes.labels(profile, agent, outcome).inc(1, _exemplar(trace_id_hex))
+
+    def observe_recovery(self, fault_type: str, seconds: float, trace_id_hex: str | None = None) -> None:
+        self._recovery.labels(fault_type).observe(seconds, _exemplar(trace_id_hex))
+
+    def add_retries(self, profile: str, agent: str, count: int = 1) -> None:
+        self._retries.labels(profile, agent).inc(count)
+
+    def add_duplicates(self, profile: str, agent: str, count: int = 1) -> None:
+        self._duplicates.labels(profile, agent).inc(count)
+
+    def add_silent_failures(self, profile: str, agent: str, count: int = 1) -> None:
+        self._silent.labels(profile, agent).inc(count)
+
+    def push(self, url: str, job: str, grouping: Mapping[str, str] | None = None, *, timeout_s: float = 10.0) -> None:
+        """Replace this job's (and grouping's) metrics on the Pushgateway at ``url`` with ours.
+
+        Raises ``ValueError`` for a URL that is not http(s) and ``OSError`` (``URLError``) when the
+        gateway cannot be reached or refuses the push.
+        """
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"Pushgateway URL {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:9091"
+            )
+        push_to_gateway(url, job=job, registry=self.registry, grouping_key=dict(grouping or {}), timeout=timeout_s)
+
+
+# --- the /metrics endpoint ----------------------------------------------------------------------
+
+
+def parse_metrics_addr(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1) as (host, port)."""
+    text = addr.strip()
+    hint = "give HOST:PORT, for example 127.0.0.1:9464 (or :9464 for loopback, [::1]:9464 for IPv6)"
+    if "://" in text:
+        raise ValueError(f"--metrics-addr {addr!r} is a URL; {hint}, without a scheme or path")
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text:
+        raise ValueError(f"--metrics-addr {addr!r} has no port; {hint}")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(f"--metrics-addr {addr!r} has an unclosed '[' around its IPv6 host; {hint}")
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"--metrics-addr {addr!r}: an IPv6 host needs brackets; {hint}")
+    if not port_text.isdigit():
+        raise ValueError(f"--metrics-addr {addr!r}: port {port_text!r} is not a number; {hint}")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"--metrics-addr {addr!r}: port {port} is above 65535; {hint}")
+    if not host:
+        host = "127.0.0.1"
+    if any(c.isspace() or c in "/?#@" for c in host):
+        raise ValueError(f"--metrics-addr {addr!r}: {host!r} is not a host name or address; {hint}")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+class MetricsServer:
+    """A running /metrics endpoint. ``shutdown()`` stops it, frees the port and joins its thread."""
+
+    def __init__(self, httpd: ThreadingWSGIServer, thread: threading.Thread) -> None:
+        self._httpd = httpd
+        self._thread = thread
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._httpd.shutdown()  # returns once serve_forever has left its loop
+        self._httpd.server_close()
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+
+def _metrics_app(registry: CollectorRegistry, token: str | None) -> _WsgiApp:
+    # prometheus_client's app does the content negotiation (OpenMetrics when Accept asks for it,
+    # else text 0.0.4) and gzip; we add only the path check and the bearer token.
+    inner: _WsgiApp = make_wsgi_app(registry)
+    expected = f"Bearer {token}".encode() if token is not None else None
+
+    def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
+        if expected is not None:
+            given = str(environ.get("HTTP_AUTHORIZATION", "")).encode()
+            if not hmac.compare_digest(given, expected):  # constant time: no timing oracle on the token
+                start_response(
+                    "401 Unauthorized",
+                    [("Content-Type", "text/plain; charset=utf-8"), ("WWW-Authenticate", 'Bearer realm="mcpfault"')],
+                )
+                return [b"401 Unauthorized: send Authorization: Bearer <token>\n"]
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"404 Not Found: metrics are served at /metrics\n"]
+        return inner(environ, start_response)
+
+    return app
+
+
+def start_metrics_server(
+    addr: str, registry: CollectorRegistry, *, token: str | None = None
+) -> tuple[MetricsServer, threading.Thread]:
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` from a daemon thread.
+
+    A non-loopback host is refused unless ``token`` is given: metrics reveal what a proxy does, and
+    anyone on the network could read them. With a token every request needs
+    ``Authorization: Bearer <token>`` (401 otherwise), whatever the host. Port 0 picks a free port
+    (see ``MetricsServer.port``). The thread is a daemon so it never keeps the process alive, but
+    its owner should still call ``shutdown()`` to free the port.
+    """
+    host, port = parse_metrics_addr(addr)
+    if token is not None and not token:
+        raise ValueError("the metrics token is empty; give a non-empty token or none at all")
+    if not is_loopback(host) and token is None:
+        raise ValueError(
+            f"refusing to serve metrics on non-loopback address {addr!r} without a token: anyone on the network "
+            "could read them; bind 127.0.0.1, or give a bearer token (--metrics-token) that scrapers must send"
+        )
+
+    class _Server(ThreadingWSGIServer):
+        pass
+
+    # AF_INET6 for an IPv6 host; a local class keeps the change off the shared base class.
+    _Server.address_family = _address_family(host)
+    try:
+        httpd = make_server(host, port, _metrics_app(registry, token), _Server, handler_class=_QuietHandler)
+    except OSError as exc:
+        raise OSError(
+            exc.errno, f"cannot serve metrics on {addr!r}: {exc.strerror}; choose another port or stop what uses it"
+        ) from exc
+    # The poll interval bounds how long shutdown() waits; 0.1 s keeps a proxy's exit prompt.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.1,), name=f"mcpfault-metrics-{port}", daemon=True)
+    thread.start()
+    return MetricsServer(httpd, thread), thread
+
+
+def _address_family(host: str) -> int:
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.AF_INET  # a name: resolved to IPv4 by the server, like http.server does

@@ -1,0 +1,171 @@
+"""Every telemetry name mcpfault emits, in one place.
+
+Spans, span events and metrics are read by other tools (Jaeger queries, Grafana panels, the analysis
+layer, users' alert rules), so a name is an interface. Renaming one here is the only change needed
+in this codebase; renaming one at all is a breaking change for those readers.
+
+OpenTelemetry names follow the semantic conventions for MCP (docs/gen-ai/mcp.md, status
+Development); ours live under the ``mcpfault.`` namespace so they can never collide with a future
+convention. Prometheus names follow Prometheus' own rules: ``mcpfault_`` prefix, base units in the
+name, counters ending in ``_total``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- OpenTelemetry attributes: semantic conventions for MCP ------------------------------------
+MCP_METHOD_NAME: Final = "mcp.method.name"  # required on every MCP span
+MCP_PROTOCOL_VERSION: Final = "mcp.protocol.version"
+MCP_SESSION_ID: Final = "mcp.session.id"
+MCP_RESOURCE_URI: Final = "mcp.resource.uri"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_PROMPT_NAME: Final = "gen_ai.prompt.name"
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"  # always a string, even for numeric ids
+RPC_RESPONSE_STATUS_CODE: Final = "rpc.response.status_code"
+ERROR_TYPE: Final = "error.type"  # JSON-RPC code as a string, ERROR_TYPE_TOOL_ERROR, or OTHER
+NETWORK_TRANSPORT: Final = "network.transport"
+SERVER_ADDRESS: Final = "server.address"  # behind a proxy: the real server, not the proxy
+SERVER_PORT: Final = "server.port"
+CLIENT_ADDRESS: Final = "client.address"
+
+# Well-known attribute values.
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name on tools/call
+ERROR_TYPE_TOOL_ERROR: Final = "tool_error"  # a result with isError: true
+NETWORK_TRANSPORT_PIPE: Final = "pipe"  # stdio
+NETWORK_TRANSPORT_TCP: Final = "tcp"  # Streamable HTTP
+OTHER: Final = "_OTHER"  # the conventions' catch-all; also our Prometheus label overflow value
+
+# --- OpenTelemetry attributes: mcpfault's own ---------------------------------------------------
+FAULT_TYPE: Final = "mcpfault.fault.type"  # fault type name from the profile, absent when no fault fired
+FAULT_MODE: Final = "mcpfault.fault.mode"
+FAULT_RULE: Final = "mcpfault.fault.rule"  # index of the profile rule that fired
+UPSTREAM_CONTACTED: Final = "mcpfault.upstream.contacted"  # bool: did the server see this request
+CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
+
+# --- Span events: the proxy's phases within one request span -----------------------------------
+EVENT_UPSTREAM_SENT: Final = "upstream.sent"
+EVENT_UPSTREAM_RECEIVED: Final = "upstream.received"
+EVENT_DELAY: Final = "mcpfault.delay"
+EVENT_DROP: Final = "mcpfault.drop"
+EVENT_CORRUPT: Final = "mcpfault.corrupt"
+EVENT_STALE_HIT: Final = "mcpfault.stale_hit"
+EVENT_DRIFT: Final = "mcpfault.drift"
+
+# --- W3C trace context carried in params._meta (unprefixed keys, per the conventions) ----------
+META_TRACEPARENT: Final = "traceparent"
+META_TRACESTATE: Final = "tracestate"
+META_BAGGAGE: Final = "baggage"
+
+# --- Prometheus: label names -------------------------------------------------------------------
+LABEL_METHOD: Final = "method"
+LABEL_FAULT_TYPE: Final = "fault_type"
+LABEL_MODE: Final = "mode"
+LABEL_TRANSPORT: Final = "transport"
+LABEL_PROFILE: Final = "profile"
+LABEL_AGENT: Final = "agent"
+LABEL_OUTCOME: Final = "outcome"
+EXEMPLAR_TRACE_ID: Final = "trace_id"  # the exemplar label Grafana links to a trace
+
+# Label values.
+FAULT_TYPE_NONE: Final = "none"  # fault_type when the request passed untouched
+TRANSPORT_STDIO: Final = "stdio"
+TRANSPORT_HTTP: Final = "http"
+TRANSPORTS: Final = (TRANSPORT_STDIO, TRANSPORT_HTTP)
+
+# --- Prometheus: the proxy's metrics, with their label names -----------------------------------
+REQUESTS_TOTAL: Final = "mcpfault_requests_total"
+REQUESTS_TOTAL_LABELS: Final = (LABEL_METHOD, LABEL_FAULT_TYPE, LABEL_TRANSPORT)
+FAULTS_INJECTED_TOTAL: Final = "mcpfault_faults_injected_total"
+FAULTS_INJECTED_TOTAL_LABELS: Final = (LABEL_FAULT_TYPE, LABEL_MODE)
+REQUEST_DURATION_SECONDS: Final = "mcpfault_request_duration_seconds"  # end to end, as the client sees it
+REQUEST_DURATION_SECONDS_LABELS: Final = (LABEL_METHOD, LABEL_TRANSPORT)
+PROXY_ADDED_SECONDS: Final = "mcpfault_proxy_added_seconds"  # the proxy's own work, injected delays excluded
+PROXY_ADDED_SECONDS_LABELS: Final = (LABEL_TRANSPORT,)
+REQUESTS_IN_FLIGHT: Final = "mcpfault_requests_in_flight"
+REQUESTS_IN_FLIGHT_LABELS: Final = (LABEL_TRANSPORT,)
+UPSTREAM_EXITS_TOTAL: Final = "mcpfault_upstream_exits_total"
+UPSTREAM_EXITS_TOTAL_LABELS: Final = (LABEL_TRANSPORT,)
+
+# --- Prometheus: the harness's metrics (run/bench), with their label names ---------------------
+TASK_OUTCOMES_TOTAL: Final = "mcpfault_task_outcomes_total"
+TASK_OUTCOMES_TOTAL_LABELS: Final = (LABEL_PROFILE, LABEL_AGENT, LABEL_OUTCOME)
+TASK_RECOVERY_SECONDS: Final = "mcpfault_task_recovery_seconds"
+TASK_RECOVERY_SECONDS_LABELS: Final = (LABEL_FAULT_TYPE,)
+TASK_RETRIES_TOTAL: Final = "mcpfault_task_retries_total"
+TASK_RETRIES_TOTAL_LABELS: Final = (LABEL_PROFILE, LABEL_AGENT)
+DUPLICATES_TOTAL: Final = "mcpfault_duplicates_total"
+DUPLICATES_TOTAL_LABELS: Final = (LABEL_PROFILE, LABEL_AGENT)
+SILENT_FAILURES_TOTAL: Final = "mcpfault_silent_failures_total"
+SILENT_FAILURES_TOTAL_LABELS: Final = (LABEL_PROFILE, LABEL_AGENT)
+
+# --- Histogram buckets (seconds) ---------------------------------------------------------------
+# The MCP conventions' advice for mcp.*.operation.duration; using it verbatim keeps our panels
+# comparable with any MCP client or server instrumented to the conventions.
+MCP_DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# The proxy's own added time lives four decades below that: a minimal stdio relay adds ~34 us at
+# p50 and ~150 us at p99, a stdlib HTTP relay ~540 us (REFERENCE.md). A 1-2.5-5 series from 10 us
+# to 100 ms puts those figures in distinct buckets (each bucket edge within 2.5x of the next, so
+# histogram_quantile's linear interpolation is off by less than that), and anything beyond 100 ms
+# is a stall to investigate, not a latency to resolve finely. 13 buckets keep the series count low.
+PROXY_ADDED_BUCKETS: Final = (
+    10e-6,
+    25e-6,
+    50e-6,
+    100e-6,
+    250e-6,
+    500e-6,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    10e-3,
+    25e-3,
+    50e-3,
+    100e-3,
+)
+
+# --- Prometheus label values for mcp method: the known MCP methods, both protocol eras ----------
+# Anything else becomes OTHER: a peer chooses the method string, so passing it through would let a
+# client mint unbounded series.
+KNOWN_MCP_METHODS: Final = frozenset(
+    {
+        # lifecycle
+        "initialize",
+        "server/discover",
+        "ping",
+        # server features
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        # tasks (2025-11-25)
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+        # server-to-client requests
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        # notifications
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/message",
+        "notifications/resources/updated",
+        "notifications/resources/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/roots/list_changed",
+        "notifications/elicitation/complete",
+        "notifications/tasks/status",
+    }
+)

@@ -1,0 +1,173 @@
+"""The proxy's spans and metrics, from a real proxy process, in real wire formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mcpfault.telemetry.tracing import read_spans
+from tests.conftest import PROFILES, call, request, write_profile
+from tests.test_telemetry import OtlpReceiver, free_port
+
+pytestmark = pytest.mark.slow
+INIT = request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}})
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+
+
+def traced_call(request_id: int, tool: str, **arguments: object) -> bytes:
+    params = {"name": tool, "arguments": arguments, "_meta": {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}}
+    return request(request_id, "tools/call", params)
+
+
+def test_one_span_per_request_parented_by_the_client_and_propagated_upstream(proxy_factory, tmp_path):
+    spans_file = tmp_path / "spans.jsonl"
+    profile = write_profile(tmp_path, '[[faults]]\nname = "boom"\ntype = "error"\ntools = ["counter"]\n')
+    proxy = proxy_factory(profile, extra=("--spans", str(spans_file)))
+    proxy.send(INIT + traced_call(1, "echo", text="hi") + traced_call(2, "counter"))
+    answers = {a["id"]: a for a in (proxy.read_json() for _ in range(3))}
+    assert answers[2]["error"]["code"] == -32603
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    spans = {s.attributes["jsonrpc.request.id"]: s for s in read_spans(spans_file)}
+    assert set(spans) == {"0", "1", "2"}
+    echo, boom = spans["1"], spans["2"]
+    assert echo.name == "tools/call echo" and echo.kind.name == "SERVER"
+    assert (echo.trace_id, echo.parent_span_id) == (CLIENT_TRACE, CLIENT_SPAN)
+    assert echo.attributes["mcp.method.name"] == "tools/call" and echo.attributes["gen_ai.tool.name"] == "echo"
+    assert echo.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert echo.attributes["network.transport"] == "pipe"
+    assert echo.attributes["mcpfault.upstream.contacted"] is True
+    assert [e.name for e in echo.events] == ["upstream.sent", "upstream.received"]
+    assert boom.attributes["mcpfault.fault.type"] == "error" and boom.attributes["mcpfault.fault.rule"] == "boom"
+    assert boom.attributes["error.type"] == "-32603" and boom.status_code.name == "ERROR"
+    assert boom.attributes["mcpfault.upstream.contacted"] is False
+    # Upstream, the echo request now carries the proxy's span as parent; the faulted one never left.
+    received = [json.loads(line) for line in proxy.received().splitlines()]
+    upstream_parent = received[1]["params"]["_meta"]["traceparent"]
+    assert upstream_parent == f"00-{CLIENT_TRACE}-{echo.span_id}-01"
+    assert len(received) == 2
+
+
+def test_no_propagate_keeps_requests_byte_for_byte(proxy_factory, tmp_path):
+    spans_file = tmp_path / "spans.jsonl"
+    proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--spans", str(spans_file), "--no-propagate"))
+    sent = INIT + traced_call(1, "echo", text="hi") + call(2, "echo", text="plain")
+    proxy.send(sent)
+    for _ in range(3):
+        proxy.read_json()
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    assert proxy.received() == sent
+    assert len(read_spans(spans_file)) == 3
+
+
+def test_spans_over_otlp_http_protobuf(proxy_factory, tmp_path):
+    receiver = OtlpReceiver()
+    try:
+        proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--otlp-endpoint", receiver.base_url))
+        proxy.send(INIT + traced_call(1, "echo", text="hi"))
+        proxy.read_json()
+        proxy.read_json()
+        proxy.close_stdin()
+        assert proxy.wait() == 0
+        deadline = time.monotonic() + 10
+        while len(receiver.spans()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        names = sorted(span.name for span in receiver.spans())
+        assert names == ["initialize", "tools/call echo"]
+    finally:
+        receiver.close()
+
+
+def test_server_spans_nest_under_the_proxy_span(tmp_path):
+    """The official SDK server, with tracing on, parents its SERVER span on what the proxy injected."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    proxy_spans, server_spans = tmp_path / "proxy.jsonl", tmp_path / "server.jsonl"
+    server = Path(__file__).parent / "interop_servers" / "traced_server.py"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "mcpfault",
+            "proxy",
+            "-c",
+            str(PROFILES / "baseline.toml"),
+            "--spans",
+            str(proxy_spans),
+            "--no-summary",
+            "--",
+            sys.executable,
+            str(server),
+        ],
+        env={**os.environ, "SPANS_FILE": str(server_spans)},
+    )
+
+    async def session() -> None:
+        with anyio.fail_after(30):
+            async with Client(params, mode="legacy") as client:
+                await client.call_tool("echo", {"text": "nested"})
+
+    anyio.run(session)
+    deadline = time.monotonic() + 10
+    while not (server_spans.exists() and any(s.name.startswith("tools/call") for s in read_spans(server_spans))):
+        assert time.monotonic() < deadline, "the server wrote no tools/call span"
+        time.sleep(0.05)
+    proxy_call = next(s for s in read_spans(proxy_spans) if s.name == "tools/call echo")
+    server_call = next(s for s in read_spans(server_spans) if s.name.startswith("tools/call"))
+    assert server_call.trace_id == proxy_call.trace_id
+    assert server_call.parent_span_id == proxy_call.span_id
+
+
+def test_metrics_endpoint_counts_requests_and_faults_with_exemplars(proxy_factory, tmp_path):
+    port = free_port()
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "error"\ntools = ["counter"]\n')
+    proxy = proxy_factory(profile, extra=("--metrics-addr", f"127.0.0.1:{port}", "--no-propagate"))
+    proxy.send(INIT + traced_call(1, "echo", text="hi") + traced_call(2, "counter"))
+    for _ in range(3):
+        proxy.read_json()
+    metrics_request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    with urllib.request.urlopen(metrics_request, timeout=5) as response:
+        body = response.read().decode()
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    assert 'mcpfault_requests_total{fault_type="error",method="tools/call",transport="stdio"} 1.0' in body
+    assert 'mcpfault_faults_injected_total{fault_type="error",mode="protocol"} 1.0' in body
+    assert f'trace_id="{CLIENT_TRACE}"' in body  # exemplars link the series to the client's trace
+    assert "mcpfault_proxy_added_seconds_bucket" in body
+
+
+def test_metrics_on_a_wide_address_need_a_token(tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcpfault",
+            "proxy",
+            "-c",
+            str(PROFILES / "baseline.toml"),
+            "--metrics-addr",
+            "0.0.0.0:9",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "MCPFAULT_METRICS_TOKEN"},
+    )
+    assert done.returncode == 2
+    assert "--metrics-addr 0.0.0.0:9" in done.stderr and "token" in done.stderr
