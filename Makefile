@@ -20,8 +20,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics.
+TRACED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary --spans /tmp/mcpfault-bench-spans.jsonl
 bench: $(STAMP)
-	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md
+	rm -f /tmp/mcpfault-bench-spans.jsonl
+	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md \
+		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
+		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py"
 
 setup: $(STAMP) $(NPM_STAMP) prometheus
 

@@ -171,3 +171,31 @@ def test_metrics_on_a_wide_address_need_a_token(tmp_path):
     )
     assert done.returncode == 2
     assert "--metrics-addr 0.0.0.0:9" in done.stderr and "token" in done.stderr
+
+
+def test_traces_export_sends_a_past_runs_spans_to_a_collector(proxy_factory, tmp_path):
+    import subprocess
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--spans", str(run_dir / "proxy-spans.jsonl")))
+    proxy.send(INIT + traced_call(1, "echo", text="offline"))
+    proxy.read_json()
+    proxy.read_json()
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    receiver = OtlpReceiver()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcpfault", "traces", "export", str(run_dir), "--otlp-endpoint", receiver.base_url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "exported 2 spans" in done.stderr
+        exported = {span.name: span for span in receiver.spans()}
+        assert set(exported) == {"initialize", "tools/call echo"}
+        assert exported["tools/call echo"].trace_id.hex() == CLIENT_TRACE
+    finally:
+        receiver.close()

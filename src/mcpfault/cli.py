@@ -133,6 +133,21 @@ def _parser() -> argparse.ArgumentParser:
     _task_options(bench, "runs/<time>-bench")
     bench.set_defaults(handler=_bench)
 
+    traces = commands.add_parser("traces", help="work with the spans a run wrote to files")
+    traces_commands = traces.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
+    export = traces_commands.add_parser(
+        "export",
+        help="send a past run's spans to an OpenTelemetry collector (OTLP/HTTP protobuf)",
+        description="Find every *spans.jsonl under RUN_DIR and send the spans to a collector over OTLP/HTTP, so a "
+        "run done offline can be looked at in Jaeger. Headers come from OTEL_EXPORTER_OTLP_HEADERS.",
+    )
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    export.add_argument(
+        "--otlp-endpoint", metavar="URL", help="collector base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    export.set_defaults(handler=_traces_export, command="traces export")
+    traces.set_defaults(handler=lambda _args: _usage(traces))
+
     mock = commands.add_parser(
         "mock-server",
         help="run the bundled mock MCP server (a network-operations world) on stdio",
@@ -154,7 +169,12 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
 
 def _logging_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", default="console", choices=["console", "json"])
+    parser.add_argument(
+        "--log-format",
+        default="auto",
+        choices=["auto", "json", "console"],
+        help="auto: JSON lines unless stderr is a terminal (default)",
+    )
 
 
 def _proxy(args: argparse.Namespace) -> int:
@@ -425,6 +445,40 @@ def _bench(args: argparse.Namespace) -> int:
     for error in result.errors:
         print(f"mcpfault bench: {error}", file=sys.stderr)
     return EXIT_CHECK_FAILED if result.errors else EXIT_OK
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _traces_export(args: argparse.Namespace) -> int:
+    import os
+
+    from mcpfault.telemetry.export import ExportError, export_run
+
+    endpoint = (
+        args.otlp_endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    if not endpoint:
+        raise UsageError("no collector given: pass --otlp-endpoint http://HOST:4318 or set OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not args.run_dir.is_dir():
+        raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
+    try:
+        summary = export_run(args.run_dir, endpoint)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except ExportError as exc:
+        print(f"mcpfault traces export: {exc}", file=sys.stderr)
+        if exc.summary is not None:
+            print(exc.summary.describe(), file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    print(summary.describe(), file=sys.stderr)
+    for error in summary.errors:
+        print(f"  {error}", file=sys.stderr)
+    return EXIT_OK if summary.ok else EXIT_CHECK_FAILED
 
 
 def _mock_server(args: argparse.Namespace) -> int:
