@@ -17,6 +17,7 @@ from mcpfault.harness.agents.tasks import TaskSpec
 from mcpfault.harness.bench import BenchConfig, plan_sessions, run_bench
 from mcpfault.harness.session import SessionPlan, run_session
 from mcpfault.mock.world import World
+from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
 
 pytestmark = pytest.mark.slow
@@ -204,9 +205,144 @@ def test_bench_command_writes_records_report_and_charts(tmp_path):
         (("run", "--tasks", "0"), "--tasks 0: give at least 1"),
         (("bench", "--workflows", "site_triage,coffee"), "unknown workflow 'coffee'; choose from: site_triage"),
         (("run", "--out", "/proc/nope/x"), "--out /proc/nope/x: cannot write there"),
+        (("run", "--otlp-endpoint", "localhost:4318"), "--otlp-endpoint 'localhost:4318' is not an http(s) URL"),
+        (("bench", "--otlp-endpoint", "http://u:secret@[::1"), "'http://***@[::1' is not an http(s) URL"),
     ],
 )
 def test_bad_harness_input_is_named(args, message):
     done = cli(*args)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+# ---- tracing: attempt spans, their context on the wire, and export from all three processes -----------
+
+ECHO_SERVER = (
+    "import json, sys\n"
+    "for line in sys.stdin:\n"
+    "    m = json.loads(line)\n"
+    "    if 'id' in m:\n"
+    "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'echo': m.get('params')}}), flush=True)\n"
+)
+
+
+def echo_params(tracer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What an echoing server received for a tools/call and a tools/list, sent by a client with ``tracer``."""
+    from mcpfault.harness.client import StdioClient
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with StdioClient([sys.executable, "-c", ECHO_SERVER], tracer=tracer) as client:
+            called = await client.call_tool("get_site", {"site_id": "s1"}, attempt=3, backoff_s=0.04)
+            listed = await client.request("tools/list", {})
+            return called["echo"], listed["echo"]
+
+    result: tuple[dict[str, Any], dict[str, Any]] = bounded(main)
+    return result
+
+
+def test_an_untraced_client_sends_requests_as_they_were():
+    called, listed = echo_params(None)
+    assert called == {"name": "get_site", "arguments": {"site_id": "s1"}} and listed == {}
+
+
+def test_a_traced_client_sends_each_attempts_span_context_in_meta():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from mcpfault.telemetry import names
+    from mcpfault.telemetry import names as span_names
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    called, listed = echo_params(provider.get_tracer("test"))
+    call_span, list_span = exporter.get_finished_spans()
+    for sent, span in ((called, call_span), (listed, list_span)):
+        context = span.get_span_context()
+        assert context is not None
+        assert list(sent["_meta"]) == ["traceparent"]
+        assert sent["_meta"]["traceparent"].startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-")
+    assert call_span.name == "tools/call get_site" and call_span.kind.name == "CLIENT"
+    assert dict(call_span.attributes or {}) == {
+        names.MCP_METHOD_NAME: "tools/call",
+        names.JSONRPC_REQUEST_ID: "1",
+        names.NETWORK_TRANSPORT: "pipe",
+        names.GEN_AI_TOOL_NAME: "get_site",
+        names.GEN_AI_OPERATION_NAME: "execute_tool",
+        span_names.ATTEMPT: 3,
+        span_names.BACKOFF_S: 0.04,
+    }
+    assert list_span.name == "tools/list" and list_span.parent is None  # no task: a trace of its own
+
+
+def test_run_exports_the_spans_of_harness_proxy_and_server_over_otlp(tmp_path):
+    from tests.test_telemetry import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    try:
+        out = tmp_path / "run"
+        done = cli("run", "--profile", "error", "--tasks", "4", "--otlp-endpoint", receiver.base_url, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        services = {
+            attribute.value.string_value
+            for _, _, request in receiver.requests
+            for resource_spans in request.resource_spans
+            for attribute in resource_spans.resource.attributes
+            if attribute.key == "service.name"
+        }
+        exported = {span.span_id.hex() for span in receiver.spans()}
+    finally:
+        receiver.close()
+    assert services == {"mcpfault-harness", "mcpfault-proxy", "mcpfault-mock"}
+    written = {s.span_id for name in ("client", "proxy", "server") for s in read_spans(out / f"{name}-spans.jsonl")}
+    assert exported == written  # the same spans live and in the files
+    records = list(read_records(out / "records.jsonl"))
+    trace_ids = {r.trace_id for r in records}
+    assert len(trace_ids) == 1 and str(records[0].trace_id) in done.stdout.replace("\n", "")
+
+
+@pytest.mark.skipif(
+    not Path("/usr/bin/prometheus-pushgateway").exists(),
+    reason="needs /usr/bin/prometheus-pushgateway (make test installs Debian's prometheus-pushgateway)",
+)
+def test_bench_pushes_its_metrics_to_a_real_pushgateway(tmp_path):
+    from tests.test_telemetry import free_port, http_get, stop, wait_ready
+
+    port = free_port()
+    gateway = subprocess.Popen(
+        ["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", gateway)
+        out = tmp_path / "pushed"
+        done = cli(
+            "bench",
+            "--profiles",
+            "baseline",
+            "--agents",
+            "naive",
+            "--tasks",
+            "4",
+            "--session-tasks",
+            "4",
+            "--out",
+            str(out),
+            "--pushgateway",
+            f"http://127.0.0.1:{port}",
+        )
+        assert done.returncode == 0, done.stderr
+        status, _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        line = next(
+            row
+            for row in body.splitlines()
+            if row.startswith("mcpfault_task_outcomes_total{") and 'outcome="success"' in row
+        )
+        assert 'profile="baseline"' in line and 'agent="naive"' in line and 'run="pushed"' in line
+        assert line.endswith(" 4")
+    finally:
+        stop(gateway)

@@ -531,9 +531,9 @@ async def test_errors_over_stdio(mode: str, version: str, tmp_path: pathlib.Path
 class _RawServer:
     """The server as a bare subprocess speaking newline-delimited JSON-RPC (2025-11-25)."""
 
-    def __init__(self, state: pathlib.Path, *python_options: str) -> None:
+    def __init__(self, state: pathlib.Path, *python_options: str, args: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, *python_options, *_server_args(state)],
+            [sys.executable, *python_options, *(args or _server_args(state))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -707,8 +707,8 @@ def test_start_path_loads_neither_the_sdk_nor_pydantic_and_is_quick(tmp_path: pa
     # importtime lines: "import time: <self> | <cumulative> | <indented module name>"
     modules = {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines()}
     assert "mcpfault.mock.server" in modules
-    heavy = sorted(m for m in modules if m.split(".")[0] in {"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio"})
-    assert heavy == []
+    heavy = {"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio", "opentelemetry"}  # untraced: no OTel either
+    assert sorted(m for m in modules if m.split(".")[0] in heavy) == []
     # A loose bound (it is ~0.06 s here; the SDK server took ~0.65 s): the point is no SDK-sized start.
     assert first_answer < 2.0
 
@@ -731,10 +731,117 @@ def test_package_serve_keeps_the_cli_signature() -> None:
 
     expected = inspect.signature(mcpfault.mock.server.serve)
     assert inspect.signature(mcpfault.mock.serve) == expected
-    assert list(expected.parameters) == ["seed", "state_path"]
+    assert list(expected.parameters) == ["seed", "state_path", "spans_path", "otlp_endpoint"]
 
 
 @pytest.mark.slow
 def test_world_imports_without_the_sdk() -> None:
     code = "import sys, mcpfault.mock; mcpfault.mock.World.generate(1); assert 'mcp' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT)
+
+
+# ---- traced: a SERVER span per request, state changes as span events -------------------------------
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+def _traced(tmp_path: pathlib.Path) -> tuple[_RawServer, pathlib.Path]:
+    spans = tmp_path / "server-spans.jsonl"
+    state = tmp_path / "state.json"
+    args = ["-m", "mcpfault", "mock-server", "--seed", str(SEED), "--state", str(state), "--spans", str(spans)]
+    return _RawServer(state, args=args), spans
+
+
+def _with_parent(arguments: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments, "_meta": {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}}
+
+
+@pytest.mark.slow
+def test_spans_a_server_span_per_request_and_a_state_change_per_write(tmp_path: pathlib.Path) -> None:
+    from mcpfault.telemetry import names
+    from mcpfault.telemetry import names as span_names
+    from mcpfault.telemetry.tracing import read_spans
+
+    server, spans_path = _traced(tmp_path)
+    device_id = World.generate(SEED).device_ids()[0]
+    incident = {"device_id": device_id, "summary": "s", "severity": "low", "idempotency_key": "k1"}
+    try:
+        server.initialize()
+        opened = server.request("tools/call", _with_parent(incident, "open_incident"))
+        server.request("tools/call", _with_parent(incident, "open_incident"))  # the same key: nothing new
+        maintenance = {"device_id": device_id, "enabled": True, "reason": "r"}
+        server.request("tools/call", _with_parent(maintenance, "set_maintenance"))
+        server.request("tools/call", _with_parent({"device_id": "nope"}, "get_device_status"))  # isError
+        server.request("tools/call", _with_parent({}, "no_such_tool"))  # -32602
+    finally:
+        assert server.proc.stdin is not None
+        server.proc.stdin.close()  # EOF: the server flushes its spans before it exits
+        assert server.wait() == 0
+    spans = read_spans(spans_path)
+    assert [s.name for s in spans] == [
+        "initialize",
+        "tools/call open_incident",
+        "tools/call open_incident",
+        "tools/call set_maintenance",
+        "tools/call get_device_status",
+        "tools/call no_such_tool",
+    ]
+    assert all(s.kind.name == "SERVER" and s.service_name == span_names.MOCK_SERVICE for s in spans)
+    assert spans[0].parent_span_id is None and spans[0].events == ()  # no traceparent: a trace of its own
+    for span in spans[1:]:
+        assert (span.trace_id, span.parent_span_id) == (TRACE_ID, PARENT_ID)
+        assert span.attributes[names.MCP_METHOD_NAME] == "tools/call"
+        assert span.attributes[names.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert [s.attributes[names.JSONRPC_REQUEST_ID] for s in spans] == ["1", "2", "3", "4", "5", "6"]
+    created, repeated, maintained = (only_event(s) for s in spans[1:4])
+    incident_id = opened["result"]["structuredContent"]["incident_id"]
+    assert created == {
+        span_names.STATE_OP: "open_incident",
+        span_names.STATE_REVISION: 2,
+        span_names.STATE_CHANGED: True,
+        span_names.STATE_DEVICE_ID: device_id,
+        span_names.STATE_INCIDENT_ID: incident_id,
+    }
+    assert repeated[span_names.STATE_CHANGED] is False and repeated[span_names.STATE_INCIDENT_ID] == incident_id
+    assert maintained[span_names.STATE_REVISION] == 3 and maintained[span_names.STATE_MAINTENANCE_ENABLED] is True
+    assert spans[4].attributes[names.ERROR_TYPE] == "tool_error" and spans[4].status_code.name == "ERROR"
+    assert spans[5].attributes[names.ERROR_TYPE] == "-32602" and "Unknown tool" in spans[5].status_message
+    assert all(names.ERROR_TYPE not in s.attributes for s in spans[:4])
+
+
+def only_event(span: Any) -> dict[str, Any]:
+    from mcpfault.telemetry import names as span_names
+
+    assert len(span.events) == 1 and span.events[0].name == span_names.EVENT_STATE_CHANGE
+    return dict(span.events[0].attributes)
+
+
+@pytest.mark.slow
+def test_spans_are_flushed_when_a_signal_ends_the_server(tmp_path: pathlib.Path) -> None:
+    from mcpfault.telemetry.tracing import read_spans
+
+    server, spans_path = _traced(tmp_path)
+    try:
+        server.initialize()
+        device_id = World.generate(SEED).device_ids()[0]
+        server.request("tools/call", _with_parent({"device_id": device_id}, "get_device_status"))
+        server.proc.send_signal(signal.SIGTERM)  # stdin still open: only the signal ends it
+    finally:
+        assert server.wait() == 0
+    assert [s.name for s in read_spans(spans_path)] == ["initialize", "tools/call get_device_status"]
+
+
+@pytest.mark.slow
+def test_spans_file_that_cannot_be_opened_is_a_clear_error(tmp_path: pathlib.Path) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "mock-server", "--spans", str(not_a_directory / "s.jsonl")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 2
+    assert "mcpfault-mock: cannot trace:" in done.stderr and "Traceback" not in done.stderr

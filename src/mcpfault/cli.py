@@ -109,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Start the proxy with PROFILE in front of the bundled mock server and let AGENT run TASKS "
         "tasks through it, one after another. Judges every task (success, recovered, failed_detected, "
         "failed_silent) and prints a summary. Writes attempts, proxy events, the proxy's log, the server's final "
-        "state and the task records under --out.",
+        "state, the task records and the spans of all three processes (client-, proxy-, server-spans.jsonl, one "
+        "trace per session) under --out.",
     )
     run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
     run.add_argument("--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>")
@@ -156,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     mock.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
     mock.add_argument("--state", type=Path, metavar="FILE.json", help="write the final state here at exit")
+    mock.add_argument(
+        "--spans", type=Path, metavar="FILE.jsonl", help="a SERVER span per request, as OTLP JSON lines (appended)"
+    )
+    mock.add_argument(
+        "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
     mock.set_defaults(handler=_mock_server)
     return parser
 
@@ -165,6 +172,17 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
     parser.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
     parser.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
     parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also export the spans of the harness, the proxy and the mock server over OTLP/HTTP "
+        "(each session writes them to client-, proxy- and server-spans.jsonl regardless)",
+    )
+    parser.add_argument(
+        "--pushgateway",
+        metavar="URL",
+        help="push task outcomes, recovery times, retries, duplicates and silent failures to a Pushgateway at the end",
+    )
 
 
 def _logging_options(parser: argparse.ArgumentParser) -> None:
@@ -350,6 +368,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
     if args.deadline <= 0:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
+    endpoint = _otlp_endpoint(args.otlp_endpoint)
+    _check_pushgateway(args.pushgateway)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
     world = World.generate(args.seed)
     plan = SessionPlan(
@@ -362,6 +382,7 @@ def _run(args: argparse.Namespace) -> int:
         deadline_s=args.deadline,
         era=args.era,
         proxy_summary=True,
+        otlp_endpoint=endpoint,
     )
     console = _console()
     with Progress(console=console, transient=True) as bar:
@@ -370,11 +391,15 @@ def _run(args: argparse.Namespace) -> int:
     write_records(out / "records.jsonl", result.records)
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
-    console.print(f"wall time {result.wall_s:.1f} s; records, attempts, events, proxy log and server state in {out}/")
+    console.print(
+        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, proxy log and server state in {out}/"
+        + (f"; trace {result.trace_id}" if result.trace_id else "")
+    )
+    pushed = _push(args.pushgateway, result.records, out, "run")
     if result.error:
         print(f"mcpfault run: {result.error}", file=sys.stderr)
         return EXIT_CHECK_FAILED
-    return EXIT_OK
+    return EXIT_OK if pushed else EXIT_CHECK_FAILED
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -412,7 +437,9 @@ def _bench(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         deadline_s=args.deadline,
         workflows=_workflows(args.workflows),
+        otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
     )
+    _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
     plan_sessions(config, world)  # every name and profile is checked before the output directory exists
     out = _output_dir(args.out, "bench")
@@ -442,9 +469,57 @@ def _bench(args: argparse.Namespace) -> int:
         f"{len(result.records)} tasks in {result.sessions} sessions, wall time {result.wall_s:.1f} s"
         + (f"; report: {report}" if report else "")
     )
+    pushed = _push(args.pushgateway, result.records, out, "bench")
     for error in result.errors:
         print(f"mcpfault bench: {error}", file=sys.stderr)
-    return EXIT_CHECK_FAILED if result.errors else EXIT_OK
+    return EXIT_CHECK_FAILED if result.errors or not pushed else EXIT_OK
+
+
+def _check_pushgateway(url: str | None) -> None:
+    if url is None:
+        return
+    from mcpfault.harness.metrics_push import check_pushgateway_url
+
+    try:
+        check_pushgateway_url(url)
+    except ValueError as exc:
+        raise UsageError(f"--pushgateway: {exc}") from None
+
+
+def _push(url: str | None, records: Any, out: Path, command: str) -> bool:
+    """Push the run's metrics; the results on disk stay either way. False when the push failed."""
+    if url is None or not records:
+        return True
+    from mcpfault.harness.metrics_push import push_bench_metrics
+
+    trace_ids = {(r.profile, r.agent, r.session, r.task_index): r.trace_id for r in records if r.trace_id}
+    try:
+        push_bench_metrics(records, url, grouping={"run": out.name}, trace_ids=trace_ids)
+    except OSError as exc:
+        print(f"mcpfault {command}: {exc}; the results are in {out}/", file=sys.stderr)
+        return False
+    return True
+
+
+def _otlp_endpoint(url: str | None) -> str | None:
+    """``--otlp-endpoint`` of run and bench, refused before any session starts if it cannot be a collector."""
+    import re
+    from urllib.parse import urlsplit
+
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url.strip())
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unclosed IPv6 bracket, a bad port
+        valid = False
+    if not valid:
+        shown = re.sub(r"//[^/@]*@", "//***@", url)  # credentials stay out of the message
+        raise UsageError(
+            f"--otlp-endpoint {shown!r} is not an http(s) URL with a host; "
+            "give the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
+        )
+    return url.strip()
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -482,7 +557,7 @@ def _traces_export(args: argparse.Namespace) -> int:
 
 
 def _mock_server(args: argparse.Namespace) -> int:
-    from mcpfault.mock import serve
+    from mcpfault.mock.server import serve
 
-    serve(seed=args.seed, state_path=args.state)
+    serve(seed=args.seed, state_path=args.state, spans_path=args.spans, otlp_endpoint=args.otlp_endpoint)
     return EXIT_OK

@@ -1,7 +1,8 @@
 """Join what the client sent (attempts) with what the proxy did (events), by request id.
 
 Both sides number requests the same way within a session: the client's JSON-RPC id is the id the
-proxy records. (The telemetry issue adds a join through trace context; this one stays as a cross-check.)
+proxy records. Outcomes are judged from the join through trace context (``traces``); this one is its
+cross-check, and the fallback for a session run without traces.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ class Touch:
 
     fault_types: list[str] = field(default_factory=list)
     fault_modes: list[str] = field(default_factory=list)
-    first_fault_at: float | None = None  # client clock, start of the first faulted attempt
+    first_fault_at: float | None = None  # start of the first faulted attempt (seconds; the clock of ended_at)
+    first_fault_request: Any = None  # that attempt's JSON-RPC id
+    # The task's end on first_fault_at's clock. None: the judge's own record of the task's end, on the
+    # client's monotonic clock, as this join's attempt times are.
+    ended_at: float | None = None
 
 
 def faults_by_request(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tuple[str, str]]]:
@@ -45,6 +50,7 @@ def touches_by_task(
         touch = touches.setdefault(task, Touch())
         if touch.first_fault_at is None:
             touch.first_fault_at = attempt["started"]
+            touch.first_fault_request = attempt["request_id"]
         for fault_type, mode in applied:
             if fault_type not in touch.fault_types:
                 touch.fault_types.append(fault_type)

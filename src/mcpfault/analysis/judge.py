@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +42,15 @@ class Verdict:
     why: str = ""
 
 
+def mentions(text: str, tag: str) -> bool:
+    """Does ``text`` carry ``tag`` as a whole word? "task-0-3" is not in "(task-0-31)"."""
+    return re.search(rf"(?<![\w-]){re.escape(tag)}(?![\w-])", text) is not None
+
+
 def check_answer(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Verdict:
     """Is the agent's answer right, and did it leave the server in the right state?"""
     if run.workflow == "open_incident":
-        mine = [i for i in state.get("incidents", []) if run.tag in str(i.get("summary", ""))]
+        mine = [i for i in state.get("incidents", []) if mentions(str(i.get("summary", "")), run.tag)]
         duplicates = max(0, len(mine) - 1)
         if len(mine) != 1:
             return Verdict(False, duplicates, f"{len(mine)} incidents on the server for this task")
@@ -54,7 +60,7 @@ def check_answer(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Verdi
         return Verdict(True)
     if run.workflow == "maintenance_roundtrip":
         applied = any(
-            w.get("op") == "set_maintenance" and run.tag in str((w.get("arguments") or {}).get("reason", ""))
+            w.get("op") == "set_maintenance" and mentions(str((w.get("arguments") or {}).get("reason", "")), run.tag)
             for w in state.get("write_log", [])
         )
         if run.answer != {"confirmed": applied}:
@@ -74,7 +80,15 @@ def judge(
     profile: str,
     agent: str,
     session: int,
+    attempts: int | None = None,
+    retries: int | None = None,
+    trace_id: str | None = None,
 ) -> TaskRecord:
+    """The record of one task.
+
+    ``touch`` says which faults reached it (from the trace join, or the request-id join without traces);
+    ``attempts`` and ``retries``, when given, are counted from the task's spans rather than by the harness.
+    """
     verdict = check_answer(run, expected, state)
     touched = touch is not None and bool(touch.fault_types)
     outcome: Outcome
@@ -86,7 +100,8 @@ def judge(
         outcome, detail = ("recovered" if touched else "success"), ""
     recovery_s = None
     if outcome == "recovered" and touch is not None and touch.first_fault_at is not None:
-        recovery_s = round(run.finished - touch.first_fault_at, 6)
+        ended = touch.ended_at if touch.ended_at is not None else run.finished
+        recovery_s = round(ended - touch.first_fault_at, 6)
     return TaskRecord(
         profile=profile,
         agent=agent,
@@ -96,11 +111,12 @@ def judge(
         outcome=outcome,
         fault_types=tuple(touch.fault_types) if touch else (),
         fault_modes=tuple(touch.fault_modes) if touch else (),
-        attempts=run.attempts,
-        retries=max(0, run.attempts - run.calls),
+        attempts=run.attempts if attempts is None else attempts,
+        retries=max(0, run.attempts - run.calls) if retries is None else retries,
         duplicates=verdict.duplicates,
         recovery_s=recovery_s,
         duration_s=round(run.finished - run.started, 6),
         failure=run.failure,
         detail=detail,
+        trace_id=trace_id,
     )

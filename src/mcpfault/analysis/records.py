@@ -37,6 +37,7 @@ class TaskRecord:
     failure: str | None = None  # the failure class that ended a failed_detected task
     detail: str = ""
     fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
+    trace_id: str | None = None  # hex id of the trace holding the task's span (its session's), when traced
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -42,6 +42,8 @@ class BenchConfig:
     jobs: int = 16
     deadline_s: float = 0.5
     workflows: tuple[str, ...] = WORKFLOWS
+    traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
+    otlp_endpoint: str | None = None  # and exports them there too
 
 
 @dataclass(slots=True)
@@ -118,6 +120,8 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                         proxy_seed=loaded.seed * 1_000_003 + config.seed * 1009 + session,
                         session=session,
                         deadline_s=config.deadline_s,
+                        traces=config.traces,
+                        otlp_endpoint=config.otlp_endpoint,
                     )
                 )
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))

@@ -3,6 +3,10 @@
 The official SDK client is built to hide failures (it retries, validates, raises generic errors); a
 harness has to see each one as it is. Calls are expected one at a time per client, so an answer that
 cannot be matched to its request (not JSON, a wrong id) is pinned on the one request waiting.
+
+Given a tracer, every request is a CLIENT span named and attributed per the MCP conventions, child
+of ``span_parent`` (the task's span), with its ``traceparent`` in ``params._meta`` so the proxy's and
+the server's spans nest under it. Without one the client builds no span and adds nothing to a request.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import IO, Any, Literal, Self
+from typing import IO, TYPE_CHECKING, Any, Literal, Self
 
 import anyio
 from anyio.abc import Process
@@ -31,6 +35,11 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import LEGACY_VERSIONS, META_PROTOCOL_VERSION, MODERN_VERSIONS
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.pipes import LineSplitter
+from mcpfault.telemetry import names as span_names
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
 
 Era = Literal["legacy", "modern"]
 CLIENT_INFO = {"name": "mcpfault-harness", "version": "0.1.0"}
@@ -45,9 +54,12 @@ class Attempt:
     tool: str | None
     started: float
     task: int | None = None  # the task it was sent for, when a harness runs tasks
+    number: int = 1  # which try of the agent's logical call this is
+    backoff_s: float = 0.0  # what the agent slept before it
     duration_s: float = 0.0
     outcome: str = "pending"  # ok, or a CallError.failure
     detail: str = ""
+    error_code: int | None = None  # the JSON-RPC error code, for a protocol_error
 
     def as_record(self) -> dict[str, Any]:
         return {
@@ -55,6 +67,8 @@ class Attempt:
             "task": self.task,
             "method": self.method,
             "tool": self.tool,
+            "attempt": self.number,
+            "backoff_s": round(self.backoff_s, 6),
             "duration_s": round(self.duration_s, 6),
             "outcome": self.outcome,
             "detail": self.detail,
@@ -77,6 +91,7 @@ class StdioClient:
         deadline_s: float = 0.5,
         era: Era = "legacy",
         stderr: IO[bytes] | int | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.command = list(command)
         self.deadline_s = deadline_s
@@ -84,6 +99,8 @@ class StdioClient:
         self.attempts: list[Attempt] = []
         self.tools_changed = False
         self.current_task: int | None = None
+        self.span_parent: Context | None = None  # where attempt spans go (the task's span); None: a new trace
+        self._spans = _AttemptSpans(tracer) if tracer is not None else None
         self.late_replies = 0
         # Ids given up on (deadline passed): their answers may still come, and must not be taken for
         # a stray reply to whatever is waiting now. Bounded like everything a session keeps.
@@ -145,23 +162,58 @@ class StdioClient:
         self.tools_changed = False
         return tools
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any], *, deadline_s: float | None = None) -> Any:
-        """The tool's result (its structuredContent when present); raises a CallError subclass."""
-        result = await self.request("tools/call", {"name": name, "arguments": dict(arguments)}, deadline_s=deadline_s)
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        deadline_s: float | None = None,
+        attempt: int = 1,
+        backoff_s: float = 0.0,
+    ) -> Any:
+        """The tool's result (its structuredContent when present); raises a CallError subclass.
+
+        ``attempt`` and ``backoff_s``: which try of the caller's logical call this is and what it slept
+        before it, recorded with the attempt (and on its span).
+        """
+        params = {"name": name, "arguments": dict(arguments)}
+        result = await self.request("tools/call", params, deadline_s=deadline_s, attempt=attempt, backoff_s=backoff_s)
         if result.get("isError") is True:
             texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
             raise ToolError(" ".join(texts) or "tool reported an error")
         return result.get("structuredContent", result)
 
     async def request(
-        self, method: str, params: Mapping[str, Any], *, deadline_s: float | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        deadline_s: float | None = None,
+        attempt: int = 1,
+        backoff_s: float = 0.0,
     ) -> dict[str, Any]:
         request_id = next(self._ids)
         tool = params.get("name") if method == "tools/call" else None
-        attempt = Attempt(
-            request_id, method, tool if isinstance(tool, str) else None, time.monotonic(), self.current_task
+        record = Attempt(
+            request_id,
+            method,
+            tool if isinstance(tool, str) else None,
+            time.monotonic(),
+            self.current_task,
+            number=attempt,
+            backoff_s=backoff_s,
         )
-        self.attempts.append(attempt)
+        self.attempts.append(record)
+        if self._spans is None:
+            return await self._exchange(record, params, deadline_s)
+        span = self._spans.start(record, self.span_parent)
+        try:
+            return await self._exchange(record, self._spans.carrying(span, params), deadline_s)
+        finally:
+            self._spans.end(span, record)
+
+    async def _exchange(self, attempt: Attempt, params: Mapping[str, Any], deadline_s: float | None) -> dict[str, Any]:
+        request_id, method = attempt.request_id, attempt.method
         waiter = _Waiter(attempt)
         self._waiting[request_id] = waiter
         body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": self._with_meta(params)}
@@ -187,6 +239,7 @@ class StdioClient:
         if isinstance(error, dict):
             code = error.get("code")
             failure = ProtocolError(code if isinstance(code, int) else 0, str(error.get("message", "")))
+            attempt.error_code = failure.code
             self._finish(attempt, failure.failure, str(failure))
             raise failure
         result = waiter.body.get("result")
@@ -281,3 +334,59 @@ class StdioClient:
             waiter = next(iter(self._waiting.values()))
             waiter.error = MalformedResponse(kind, detail)
             waiter.done.set()
+
+
+class _AttemptSpans:
+    """The CLIENT span of each attempt; built only for a traced client, so an untraced one imports no OpenTelemetry."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+        from mcpfault.telemetry import names
+        from mcpfault.telemetry.tracing import inject_context, span_name
+
+        self._tracer = tracer
+        self._kind = SpanKind.CLIENT
+        self._status, self._error = Status, StatusCode.ERROR
+        self._in_context = set_span_in_context
+        self._inject, self._span_name = inject_context, span_name
+        self._names = names
+
+    def start(self, attempt: Attempt, parent: Context | None) -> Span:
+        names, ours = self._names, span_names
+        attributes: dict[str, Any] = {
+            names.MCP_METHOD_NAME: attempt.method,
+            names.JSONRPC_REQUEST_ID: str(attempt.request_id),
+            names.NETWORK_TRANSPORT: names.NETWORK_TRANSPORT_PIPE,
+            ours.ATTEMPT: attempt.number,
+            ours.BACKOFF_S: attempt.backoff_s,
+        }
+        if attempt.tool is not None:
+            attributes[names.GEN_AI_TOOL_NAME] = attempt.tool
+            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+        name = self._span_name(attempt.method, attempt.tool)
+        return self._tracer.start_span(name, context=parent, kind=self._kind, attributes=attributes)
+
+    def carrying(self, span: Span, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with the span's trace context in ``_meta``, the caller's mapping left as it was."""
+        out = dict(params)
+        meta = out.get("_meta")
+        out["_meta"] = self._inject(dict(meta) if isinstance(meta, Mapping) else {}, self._in_context(span))
+        return out
+
+    def end(self, span: Span, attempt: Attempt) -> None:
+        names = self._names
+        # Still pending: cancelled from outside, the session being torn down mid-request.
+        outcome = "cancelled" if attempt.outcome == "pending" else attempt.outcome
+        if outcome != "ok":
+            span.set_attribute(span_names.FAILURE, outcome)
+            if attempt.error_code is not None:
+                error_type = str(attempt.error_code)
+                span.set_attribute(names.RPC_RESPONSE_STATUS_CODE, error_type)
+            elif outcome == ToolError.failure:
+                error_type = names.ERROR_TYPE_TOOL_ERROR
+            else:  # no answer, or none that could be read: the conventions' catch-all, as the proxy uses it
+                error_type = names.OTHER
+            span.set_attribute(names.ERROR_TYPE, error_type)
+            span.set_status(self._status(self._error, attempt.detail or outcome))
+        span.end()

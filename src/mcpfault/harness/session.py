@@ -3,10 +3,17 @@
 Tasks run one after another, so a session's request sequence (and with it every fault the seeded
 engine injects) is the same on every run. After the session the harness joins what the client
 sent with what the proxy recorded and judges every task against the world and the server's state.
+
+Traced (the default), all three processes write spans into the session directory: the harness a
+session span, a span per task and a CLIENT span per attempt (``client-spans.jsonl``), the proxy and
+the mock server a SERVER span per request (``proxy-spans.jsonl``, ``server-spans.jsonl``), all in one
+trace per session. The judge reads which faults reached each task off that trace
+(``analysis.traces``); joining attempts with the proxy's events by request id is its cross-check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import sys
@@ -16,6 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    format_span_id,
+    format_trace_id,
+    set_span_in_context,
+)
+
+from mcpfault import __version__
+from mcpfault.analysis import traces
 from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
 from mcpfault.analysis.judge import TaskRun, judge
 from mcpfault.analysis.records import TaskRecord
@@ -24,6 +46,8 @@ from mcpfault.harness.agents.policies import make_agent
 from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.mock.world import World
+from mcpfault.telemetry import names as span_names
+from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -43,6 +67,8 @@ class SessionPlan:
     era: Era = "legacy"
     proxy_summary: bool = False  # the proxy's fault table, in proxy.log
     server_command: tuple[str, ...] | None = None  # None: the bundled mock server with world_seed
+    traces: bool = True  # spans from all three processes into out_dir; the judge joins them
+    otlp_endpoint: str | None = None  # also export every process's spans there over OTLP/HTTP
 
 
 @dataclass(slots=True)
@@ -53,39 +79,183 @@ class SessionResult:
     wall_s: float = 0.0
     error: str | None = None  # the session broke (server died, could not start): what and why
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (client s, upstream s), unfaulted calls
+    join_mismatches: list[str] = field(default_factory=list)  # tasks the trace and request-id joins disagree on
+    trace_id: str | None = None  # the session's trace, when traced
 
 
 def proxy_command(plan: SessionPlan) -> list[str]:
     python = sys.executable
+    tracing: list[str] = []
+    if plan.otlp_endpoint is not None:
+        tracing = ["--otlp-endpoint", plan.otlp_endpoint]
     server = [python, "-m", "mcpfault", "mock-server", "--seed", str(plan.world_seed)]
     server += ["--state", str(plan.out_dir / "server-state.json")]
+    if plan.traces:
+        server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
     if plan.server_command is not None:
         server = list(plan.server_command)
     proxy = [python, "-m", "mcpfault", "proxy", "--config", str(plan.profile)]
     if not plan.proxy_summary:
         proxy.append("--no-summary")
     proxy += ["--events", str(plan.out_dir / "events.jsonl")]
+    if plan.traces:
+        proxy += ["--spans", str(plan.out_dir / traces.PROXY_SPANS), *tracing]
     if plan.proxy_seed is not None:
         proxy += ["--seed", str(plan.proxy_seed)]
     return [*proxy, "--", *server]
+
+
+class SessionTrace:
+    """The harness's side of a session's trace: the session span and a span per task.
+
+    Task spans stay open until the task is judged, so they carry its outcome; each ends at the time
+    its task finished. Until then the judge sees them as ``open_tasks()``.
+    """
+
+    def __init__(self, plan: SessionPlan) -> None:
+        provider = configure_tracing(
+            span_names.HARNESS_SERVICE,
+            spans_file=plan.out_dir / traces.CLIENT_SPANS,
+            otlp_endpoint=plan.otlp_endpoint,
+        )
+        assert provider is not None  # there is always the spans file to export to
+        self.provider = provider
+        self.tracer = provider.get_tracer(span_names.HARNESS_SCOPE, __version__)
+        self._plan = plan
+        self._session = self.tracer.start_span(
+            span_names.SESSION_SPAN,
+            attributes={
+                span_names.PROFILE: plan.profile_name,
+                span_names.AGENT: plan.agent,
+                span_names.SESSION_INDEX: plan.session,
+            },
+        )
+        self.context = set_span_in_context(self._session)
+        self.trace_id = format_trace_id(self._session.get_span_context().trace_id)
+        self._tasks: dict[int, _OpenTask] = {}
+
+    def start_task(self, spec: TaskSpec) -> Context:
+        """Open the task's span; returns the context its attempts go in."""
+        attributes: dict[str, Any] = {
+            span_names.TASK_INDEX: spec.index,
+            span_names.TASK_WORKFLOW: spec.workflow,
+            span_names.TASK_TARGET: spec.target,
+            span_names.TASK_TAG: spec.tag,
+            span_names.PROFILE: self._plan.profile_name,
+            span_names.AGENT: self._plan.agent,
+        }
+        started = time.time_ns()
+        name = f"{span_names.TASK_SPAN} {spec.workflow}"
+        span = self.tracer.start_span(name, context=self.context, attributes=attributes, start_time=started)
+        self._tasks[spec.index] = _OpenTask(span, name, attributes, started)
+        return set_span_in_context(span)
+
+    def task_finished(self, index: int) -> None:
+        self._tasks[index].ended = time.time_ns()
+
+    def open_tasks(self) -> list[SpanView]:
+        """The finished tasks' spans as they will be written, outcome aside: what the trace join starts from."""
+        parent = format_span_id(self._session.get_span_context().span_id)
+        views = []
+        for task in self._tasks.values():
+            if task.ended is None:
+                continue
+            context = task.span.get_span_context()
+            views.append(
+                SpanView(
+                    trace_id=format_trace_id(context.trace_id),
+                    span_id=format_span_id(context.span_id),
+                    parent_span_id=parent,
+                    name=task.name,
+                    kind=SpanKind.INTERNAL,
+                    start_unix_nano=task.started,
+                    end_unix_nano=task.ended,
+                    attributes=dict(task.attributes),
+                )
+            )
+        return views
+
+    async def flush(self) -> None:
+        """Write the spans ended so far (the attempts'), without blocking the other sessions."""
+        await anyio.to_thread.run_sync(self.provider.force_flush)
+
+    async def close(self, records: Sequence[TaskRecord], error: str | None) -> None:
+        """End every span, outcomes on the task spans, and flush them all.
+
+        A failed task's span (and a broken session's) gets status ERROR, so a trace search for errors
+        finds silent failures too, which no request-level span can show.
+        """
+        judged = {r.task_index: r for r in records}
+        for index, task in self._tasks.items():
+            record = judged.get(index)
+            if record is not None:
+                task.span.set_attribute(span_names.TASK_OUTCOME, record.outcome)
+                if record.outcome in ("failed_detected", "failed_silent"):
+                    task.span.set_status(Status(StatusCode.ERROR, record.detail or record.outcome))
+            task.span.end(end_time=task.ended)  # None (a task cut short): now
+        if error is not None:
+            self._session.set_status(Status(StatusCode.ERROR, error))
+        self._session.end()
+        await anyio.to_thread.run_sync(self.provider.shutdown)
+
+
+@dataclass(slots=True)
+class _OpenTask:
+    span: Span
+    name: str
+    attributes: dict[str, Any]
+    started: int  # Unix ns
+    ended: int | None = None
 
 
 async def run_session(
     plan: SessionPlan, world: World, on_task_done: Callable[[], None] = lambda: None
 ) -> SessionResult:
     plan.out_dir.mkdir(parents=True, exist_ok=True)
+    for name in traces.SPAN_FILES:
+        (plan.out_dir / name).unlink(missing_ok=True)  # span files are appended to: a rerun starts afresh
     result = SessionResult(plan)
+    trace = SessionTrace(plan) if plan.traces else None
+    try:
+        await _run_tasks(plan, world, result, trace, on_task_done)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if trace is not None:
+                result.trace_id = trace.trace_id
+                await trace.close(result.records, result.error)
+    return result
+
+
+async def _run_tasks(
+    plan: SessionPlan,
+    world: World,
+    result: SessionResult,
+    trace: SessionTrace | None,
+    on_task_done: Callable[[], None],
+) -> None:
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
     with (plan.out_dir / "proxy.log").open("wb") as proxy_log:
-        client = StdioClient(proxy_command(plan), deadline_s=plan.deadline_s, era=plan.era, stderr=proxy_log)
+        client = StdioClient(
+            proxy_command(plan),
+            deadline_s=plan.deadline_s,
+            era=plan.era,
+            stderr=proxy_log,
+            tracer=trace.tracer if trace is not None else None,
+        )
+        client.span_parent = trace.context if trace is not None else None
         try:
             async with client:
                 await client.connect()
                 agent = make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
                 await agent.start()
                 for spec in plan.tasks:
+                    if trace is not None:
+                        client.span_parent = trace.start_task(spec)
                     result.runs.append(await _run_one(agent, client, spec))
+                    if trace is not None:
+                        trace.task_finished(spec.index)
+                        client.span_parent = trace.context
                     on_task_done()
         except (UpstreamError, CallError) as exc:
             result.error = f"session {plan.session} of {plan.profile_name}/{plan.agent} broke: {exc}"
@@ -93,12 +263,23 @@ async def run_session(
             attempts = [{**a.as_record(), "started": a.started} for a in client.attempts if a.method == "tools/call"]
             _write_jsonl(plan.out_dir / "attempts.jsonl", attempts)
     result.wall_s = time.monotonic() - started
+    spans = None
+    if trace is not None:
+        await trace.flush()
+        spans = traces.read_session_spans(plan.out_dir)
+        spans = dataclasses.replace(spans, client=[*spans.client, *trace.open_tasks()])
     try:
-        result.records = judge_session(plan, world, result.runs, attempts)
+        judged = judge_session(plan, world, result.runs, attempts, spans)
     except MCPFaultError as exc:
         result.error = str(exc)
+    else:
+        result.records, result.join_mismatches = judged.records, judged.mismatches
+        if judged.mismatches and result.error is None:
+            result.error = (
+                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the trace join and the proxy's "
+                f"events disagree ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
+            )
     result.latencies = latency_pairs(attempts, _read_jsonl(plan.out_dir / "events.jsonl"))
-    return result
 
 
 async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
@@ -130,9 +311,20 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Judged:
+    records: list[TaskRecord]
+    mismatches: list[str]  # where the request-id join contradicts the trace join (empty without traces)
+
+
 def judge_session(
-    plan: SessionPlan, world: World, runs: Sequence[TaskRun], attempts: Sequence[dict[str, Any]]
-) -> list[TaskRecord]:
+    plan: SessionPlan,
+    world: World,
+    runs: Sequence[TaskRun],
+    attempts: Sequence[dict[str, Any]],
+    spans: traces.SessionSpans | None = None,
+) -> Judged:
+    """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
     events = _read_jsonl(plan.out_dir / "events.jsonl")
     state_path = plan.out_dir / "server-state.json"
     try:
@@ -142,19 +334,28 @@ def judge_session(
             f"{state_path}: the mock server's final state is missing or unreadable ({exc}); "
             "without it the session's writes cannot be judged; see proxy.log beside it"
         ) from None
-    touches = touches_by_task(attempts, faults_by_request(events))
-    return [
-        judge(
-            run,
-            expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag)),
-            state,
-            touches.get(run.index),
-            profile=plan.profile_name,
-            agent=plan.agent,
-            session=plan.session,
+    by_request = touches_by_task(attempts, faults_by_request(events))
+    tasks = traces.task_traces(spans) if spans is not None else {}
+    touches = traces.touches(tasks) if spans is not None else by_request
+    records = []
+    for run in runs:
+        task = tasks.get(run.index)
+        records.append(
+            judge(
+                run,
+                expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag)),
+                state,
+                touches.get(run.index),
+                profile=plan.profile_name,
+                agent=plan.agent,
+                session=plan.session,
+                attempts=len(task.tool_calls) if task is not None else None,
+                retries=task.retries if task is not None else None,
+                trace_id=task.span.trace_id if task is not None else None,
+            )
         )
-        for run in runs
-    ]
+    mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
+    return Judged(records, mismatches)
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

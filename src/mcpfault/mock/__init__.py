@@ -13,8 +13,14 @@ from mcpfault.mock.world import World
 __all__ = ["World", "serve"]
 
 
-def serve(seed: int = 0, state_path: pathlib.Path | None = None) -> None:
+def serve(
+    seed: int = 0,
+    state_path: pathlib.Path | None = None,
+    *,
+    spans_path: pathlib.Path | None = None,
+    otlp_endpoint: str | None = None,
+) -> None:
     """Serve `World.generate(seed)` as an MCP server on stdio; see `mcpfault.mock.server.serve`."""
     from mcpfault.mock.server import serve as serve_stdio
 
-    serve_stdio(seed=seed, state_path=state_path)
+    serve_stdio(seed=seed, state_path=state_path, spans_path=spans_path, otlp_endpoint=otlp_endpoint)

@@ -19,6 +19,11 @@ the SDK's `MCPServer` did, era rules included:
   refuses (unknown id, empty summary) is a tool result with `isError: true`.
 
 Requests are handled one at a time, in order, on the main thread; each response is one write.
+
+Traced (`serve(spans_path=...)`, `otlp_endpoint=...` or the `OTEL_EXPORTER_OTLP_*ENDPOINT` variables),
+each request is a SERVER span per the MCP conventions, child of the `traceparent` in its `params._meta`,
+and each accepted write adds a `mcpfault.state_change` event (op, revision, changed, incident id): a write
+whose response a fault lost still shows that the server acted. OpenTelemetry is imported only then.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from mcpfault.mock.schema import argument_problems
 from mcpfault.mock.tools import TOOLS
@@ -46,6 +51,11 @@ from mcpfault.protocol.jsonrpc import (
     error_response,
     parse,
 )
+from mcpfault.telemetry import names as span_names
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
 
 SERVER_NAME: Final = "mcpfault-mock"
 SERVER_VERSION: Final = "0.1.0"
@@ -102,8 +112,9 @@ def _bad_params(why: str) -> RequestError:
 class Session:
     """One stdio connection: its protocol era and handshake state, and the answer to each request."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, tracer: Tracer | None = None) -> None:
         self.world = world
+        self._spans = _RequestSpans(tracer) if tracer is not None else None
         self.era = Era.UNKNOWN
         self.initialized = False
         self._tool_listing: list[dict[str, Any]] | None = None
@@ -120,6 +131,8 @@ class Session:
         message = parse(line)
         if message.kind is MessageKind.REQUEST:
             assert message.body is not None
+            if self._spans is not None:
+                return encode(self._spans.handle(self, message.body))
             return encode(self.handle(message.body))
         if message.kind is MessageKind.OPAQUE:
             print(f"{SERVER_NAME}: ignored an input line: {message.why_opaque}", file=sys.stderr, flush=True)
@@ -276,6 +289,102 @@ class Session:
         return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
 
 
+# ---- tracing ---------------------------------------------------------------------------------------
+
+
+class _RequestSpans:
+    """A SERVER span around each request a `Session` answers; built only when tracing, with its imports."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        from mcpfault.telemetry import names
+        from mcpfault.telemetry.tracing import extract_context, span_name
+
+        self._tracer = tracer
+        self._kind = SpanKind.SERVER
+        self._status, self._error = Status, StatusCode.ERROR
+        self._extract, self._span_name = extract_context, span_name
+        self._names = names
+
+    def handle(self, session: Session, request: dict[str, Any]) -> dict[str, Any]:
+        names = self._names
+        method = request["method"]
+        params = request.get("params")
+        params = params if isinstance(params, dict) else {}
+        tool = params.get("name") if method == "tools/call" else None
+        tool = tool if isinstance(tool, str) else None
+        attributes: dict[str, Any] = {
+            names.MCP_METHOD_NAME: method,
+            names.NETWORK_TRANSPORT: names.NETWORK_TRANSPORT_PIPE,
+        }
+        if request["id"] is not None:  # refused below, and the conventions have no value for a null id
+            attributes[names.JSONRPC_REQUEST_ID] = str(request["id"])
+        if tool is not None:
+            attributes[names.GEN_AI_TOOL_NAME] = tool
+            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+        meta = params.get("_meta")
+        span = self._tracer.start_span(
+            self._span_name(method, tool),
+            context=self._extract(meta if isinstance(meta, dict) else None),
+            kind=self._kind,
+            attributes=attributes,
+        )
+        writes = session.world.writes
+        try:
+            response = session.handle(request)
+            if session.world.writes > writes:
+                self._state_changes(span, session.world, writes, response)
+            self._outcome(span, response)
+        finally:
+            span.end()
+        return response
+
+    def _state_changes(self, span: Span, world: World, before: int, response: dict[str, Any]) -> None:
+        ours = span_names  # short, for the table below
+        result = response.get("result")
+        content = result.get("structuredContent") if isinstance(result, dict) else None
+        content = content if isinstance(content, dict) else {}
+        for write in world.write_log()[before:]:
+            details: dict[str, Any] = {
+                ours.STATE_OP: write.op,
+                ours.STATE_REVISION: write.revision,
+                ours.STATE_CHANGED: write.changed,
+                ours.STATE_DEVICE_ID: str(write.arguments.get("device_id")),
+            }
+            if write.op == "open_incident" and isinstance(content.get("incident_id"), str):
+                details[ours.STATE_INCIDENT_ID] = content["incident_id"]
+            elif write.op == "set_maintenance" and isinstance(content.get("enabled"), bool):
+                details[ours.STATE_MAINTENANCE_ENABLED] = content["enabled"]
+            span.add_event(ours.EVENT_STATE_CHANGE, details)
+
+    def _outcome(self, span: Span, response: dict[str, Any]) -> None:
+        names = self._names
+        error = response.get("error")
+        if isinstance(error, dict):
+            code = str(error.get("code"))
+            span.set_attribute(names.ERROR_TYPE, code)
+            span.set_attribute(names.RPC_RESPONSE_STATUS_CODE, code)
+            span.set_status(self._status(self._error, str(error.get("message", ""))))
+            return
+        result = response.get("result")
+        if isinstance(result, dict) and result.get("isError") is True:
+            span.set_attribute(names.ERROR_TYPE, names.ERROR_TYPE_TOOL_ERROR)
+            content = result.get("content") or [{}]
+            text = content[0].get("text", "") if isinstance(content[0], dict) else ""
+            span.set_status(self._status(self._error, str(text)))
+
+
+def _tracer_provider(spans_path: pathlib.Path | None, otlp_endpoint: str | None) -> TracerProvider | None:
+    """A provider when anything asks for spans (arguments or the OTLP variables), else None without importing any."""
+    wants_env = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if spans_path is None and otlp_endpoint is None and not wants_env:
+        return None
+    from mcpfault.telemetry.tracing import configure_tracing
+
+    return configure_tracing(span_names.MOCK_SERVICE, spans_file=spans_path, otlp_endpoint=otlp_endpoint)
+
+
 # ---- the stdio loop and its exits -------------------------------------------------------------------
 
 
@@ -366,20 +475,34 @@ def write_state(world: World, state_path: pathlib.Path) -> None:
         raise
 
 
-def serve(seed: int = 0, state_path: pathlib.Path | None = None) -> None:
+def serve(
+    seed: int = 0,
+    state_path: pathlib.Path | None = None,
+    *,
+    spans_path: pathlib.Path | None = None,
+    otlp_endpoint: str | None = None,
+) -> None:
     """Serve a `World.generate(seed)` on stdio until stdin closes or SIGTERM/SIGINT arrives.
 
     On exit, for any of those reasons, writes the world's final state as JSON to `state_path` if given,
-    and returns. Raises SystemExit(1) if the state cannot be written.
+    then flushes its spans (OTLP JSON lines appended to `spans_path`, OTLP/HTTP to `otlp_endpoint`), and
+    returns. Raises SystemExit(1) if the state cannot be written, SystemExit(2) if tracing cannot start.
     """
+    try:
+        provider = _tracer_provider(spans_path, otlp_endpoint)
+    except (ValueError, OSError) as exc:
+        print(f"{SERVER_NAME}: cannot trace: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from exc
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _STOP_SIGNALS}
     world: World | None = None
     try:
         world = World.generate(seed)
-        run(Session(world), sys.stdin.buffer, sys.stdout.buffer, stopper)
+        tracer = provider.get_tracer(span_names.MOCK_SCOPE, SERVER_VERSION) if provider is not None else None
+        run(Session(world, tracer), sys.stdin.buffer, sys.stdout.buffer, stopper)
     finally:
-        # From here on a signal must not interrupt the final write (it is atomic, but then it would be missing).
+        # From here on a signal must not interrupt the final write (it is atomic, but then it would be
+        # missing) nor the span flush (the last requests' spans are still queued).
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         try:
@@ -392,5 +515,9 @@ def serve(seed: int = 0, state_path: pathlib.Path | None = None) -> None:
                     print(f"{SERVER_NAME}: cannot write state to {state_path}: {exc}", file=sys.stderr, flush=True)
                     raise SystemExit(1) from exc
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            try:
+                if provider is not None:
+                    provider.shutdown()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)

@@ -169,3 +169,40 @@ KNOWN_MCP_METHODS: Final = frozenset(
         "notifications/tasks/status",
     }
 )
+
+
+# ===== the harness's and the mock server's own spans (all under the mcpfault. namespace) =====
+
+# --- services (resource service.name; OTEL_SERVICE_NAME overrides them) -------------------------
+HARNESS_SERVICE: Final = "mcpfault-harness"
+MOCK_SERVICE: Final = "mcpfault-mock"
+HARNESS_SCOPE: Final = "mcpfault.harness"
+MOCK_SCOPE: Final = "mcpfault.mock"
+
+# --- span names ---------------------------------------------------------------------------------
+SESSION_SPAN: Final = "mcpfault.session"
+TASK_SPAN: Final = "mcpfault.task"  # "mcpfault.task {workflow}"
+
+# --- session and task spans ---------------------------------------------------------------------
+PROFILE: Final = "mcpfault.profile"
+AGENT: Final = "mcpfault.agent"
+SESSION_INDEX: Final = "mcpfault.session.index"  # within its (profile, agent) cell
+TASK_INDEX: Final = "mcpfault.task.index"  # within its (profile, agent) cell; marks a span as a task span
+TASK_WORKFLOW: Final = "mcpfault.task.workflow"
+TASK_TARGET: Final = "mcpfault.task.target"
+TASK_TAG: Final = "mcpfault.task.tag"  # written into what the task creates (incident summaries)
+TASK_OUTCOME: Final = "mcpfault.task.outcome"  # success, recovered, failed_detected, failed_silent
+
+# --- attempt spans (CLIENT, one per request the harness sends) -----------------------------------
+ATTEMPT: Final = "mcpfault.attempt"  # 1 for a call's first try, 2 for its first retry, ...
+BACKOFF_S: Final = "mcpfault.backoff_s"  # seconds slept before this attempt
+FAILURE: Final = "mcpfault.failure"  # the client's failure class (timeout, malformed, ...), absent when ok
+
+# --- the mock server's writes: one span event per accepted write call ----------------------------
+EVENT_STATE_CHANGE: Final = "mcpfault.state_change"
+STATE_OP: Final = "mcpfault.state.op"  # set_maintenance, open_incident
+STATE_REVISION: Final = "mcpfault.state.revision"  # the world's revision after the write
+STATE_CHANGED: Final = "mcpfault.state.changed"  # False: an idempotent repeat or a known idempotency key
+STATE_DEVICE_ID: Final = "mcpfault.state.device_id"
+STATE_INCIDENT_ID: Final = "mcpfault.state.incident_id"  # open_incident: the incident created or returned
+STATE_MAINTENANCE_ENABLED: Final = "mcpfault.state.maintenance_enabled"  # set_maintenance: the device's flag after

@@ -109,13 +109,14 @@ class RetryOnly(Agent):
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
         self.stats.calls += 1
+        slept = 0.0
         for attempt in range(self.max_attempts):
             try:
-                return await self.client.call_tool(tool, arguments)
+                return await self.client.call_tool(tool, arguments, attempt=attempt + 1, backoff_s=slept)
             except CallError as exc:
                 if not self.retryable(exc) or attempt == self.max_attempts - 1:
                     raise
-                await self.backoff(attempt)
+                slept = await self.backoff(attempt)
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -124,9 +125,12 @@ class RetryOnly(Agent):
             return True
         return isinstance(exc, ProtocolError) and exc.code in TRANSIENT_CODES
 
-    async def backoff(self, attempt: int) -> None:
+    async def backoff(self, attempt: int) -> float:
+        """Sleep before the next try; returns the seconds slept."""
         # Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2^attempt)].
-        await anyio.sleep(self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt)))
+        delay_s = self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt))
+        await anyio.sleep(delay_s)
+        return delay_s
 
 
 @dataclass
@@ -202,14 +206,16 @@ class Resilient(RetryOnly):
             args["idempotency_key"] = f"{self.task.tag}-{self._keys}"
         safe = info is not None and (info.read_only or info.idempotent or "idempotency_key" in args)
         attempts = self.max_attempts if "retries" in self.enabled else 1
+        slept = 0.0
         for attempt in range(attempts):
             if "breaker" in self.enabled:
                 self.breaker.check()
             try:
-                result = await self._attempt(tool, self._renamed_args(tool, args))
+                result = await self._attempt(tool, self._renamed_args(tool, args), attempt + 1, slept)
             except ProtocolError as exc:
                 renamed = exc.code == jsonrpc.INVALID_PARAMS and "reconcile" in self.enabled and attempt < attempts - 1
                 if renamed and await self._reconcile_input(tool):
+                    slept = 0.0
                     continue  # same call, new argument names: not a retry of a failure
                 self.breaker.record(False)
                 if not self._may_retry(exc, safe, attempt, attempts):
@@ -223,7 +229,7 @@ class Resilient(RetryOnly):
                 return result
             if "budget" in self.enabled:
                 self.budget.spend()
-            await self.backoff(attempt)
+            slept = await self.backoff(attempt)
         raise AssertionError("unreachable")
 
     def _wants_key(self, info: ToolInfo | None, args: Mapping[str, Any]) -> bool:
@@ -237,8 +243,8 @@ class Resilient(RetryOnly):
         transient = self.retryable(exc) or isinstance(exc, StaleResult | ToolError)
         return transient and safe
 
-    async def _attempt(self, tool: str, args: Mapping[str, Any]) -> Any:
-        result = await self.client.call_tool(tool, args)
+    async def _attempt(self, tool: str, args: Mapping[str, Any], number: int, backoff_s: float) -> Any:
+        result = await self.client.call_tool(tool, args, attempt=number, backoff_s=backoff_s)
         renames = self.field_renames.get(tool)
         if renames:
             result = schema.rename_keys(result, renames)

@@ -1,0 +1,257 @@
+"""Outcomes' evidence from traces: each task's tree of spans across the three processes of a session.
+
+```
+task span (harness, INTERNAL, mcpfault.task.index)
+ └─ attempt span (harness, CLIENT)        one per request sent for the task; retries are siblings
+     └─ proxy span (proxy, SERVER)         mcpfault.fault.* when a fault fired; no server child when the
+         └─ server span (mock, SERVER)     proxy answered itself (error, stale, a rejected drifted call)
+               mcpfault.state_change events: what the server did, seen even when its answer was lost
+```
+
+Each level is joined to the one above by parent span id (within the trace), which the W3C trace
+context in ``params._meta`` carries from process to process. The spans come from three sources
+(the harness's, the proxy's and the server's files, or a trace store), kept apart so a server span
+is known for one whatever the tree's depth: with ``mcpfault proxy --no-propagate`` a server span is
+the attempt's own child.
+
+Pure functions over ``SpanView`` lists; ``read_session_spans`` is the one reader of files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from opentelemetry.trace import SpanKind
+
+from mcpfault.analysis.join import Touch
+from mcpfault.telemetry import names
+from mcpfault.telemetry import names as span_names
+from mcpfault.telemetry.tracing import SpanView, read_spans
+
+# The span files of a session directory, one per process.
+CLIENT_SPANS: Final = "client-spans.jsonl"
+PROXY_SPANS: Final = "proxy-spans.jsonl"
+SERVER_SPANS: Final = "server-spans.jsonl"
+SPAN_FILES: Final = (CLIENT_SPANS, PROXY_SPANS, SERVER_SPANS)
+
+# The proxy marks each fault that shaped an answer with a span event carrying its mode and rule
+# (proxy/observe.py); an error fault has none, its answer being the proxy's own.
+_FAULT_OF_EVENT: Final = {
+    names.EVENT_DROP: "timeout",
+    names.EVENT_DELAY: "latency",
+    names.EVENT_CORRUPT: "malformed",
+    names.EVENT_STALE_HIT: "stale",
+    names.EVENT_DRIFT: "schema_drift",
+}
+
+_Key = tuple[str, str]  # (trace id, span id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpans:
+    """A session's spans by the process that emitted them."""
+
+    client: Sequence[SpanView] = ()
+    proxy: Sequence[SpanView] = ()
+    server: Sequence[SpanView] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTrace:
+    """One request the harness sent: its span, the proxy's span of it, and the server's."""
+
+    span: SpanView
+    proxy: tuple[SpanView, ...] = ()
+    server: tuple[SpanView, ...] = ()
+
+    @property
+    def method(self) -> str:
+        return str(self.span.attributes.get(names.MCP_METHOD_NAME, ""))
+
+    @property
+    def request_id(self) -> str | None:
+        value = self.span.attributes.get(names.JSONRPC_REQUEST_ID)
+        return None if value is None else str(value)
+
+    @property
+    def number(self) -> int:
+        value = self.span.attributes.get(span_names.ATTEMPT)
+        return value if isinstance(value, int) else 1
+
+    @property
+    def faults(self) -> list[tuple[str, str]]:
+        """(type, mode) of every fault the proxy applied to this request, in the order it applied them."""
+        return [fault for proxy in self.proxy for fault in proxy_faults(proxy)]
+
+    @property
+    def state_changes(self) -> list[Mapping[str, Any]]:
+        """The attributes of each write the server accepted while handling this request."""
+        return [
+            event.attributes
+            for server in self.server
+            for event in server.events
+            if event.name == span_names.EVENT_STATE_CHANGE
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTrace:
+    """One task's span and every request sent for it, in the order they were sent."""
+
+    span: SpanView
+    attempts: tuple[AttemptTrace, ...] = field(default=())
+
+    @property
+    def index(self) -> int:
+        value = self.span.attributes.get(span_names.TASK_INDEX)
+        assert isinstance(value, int)  # task_traces only builds TaskTraces of spans that have it
+        return value
+
+    @property
+    def tool_calls(self) -> tuple[AttemptTrace, ...]:
+        """The tools/call attempts: what task code sent (tools/list refreshes are the agent's own)."""
+        return tuple(a for a in self.attempts if a.method == "tools/call")
+
+    @property
+    def retries(self) -> int:
+        """Attempts beyond the first of each logical call."""
+        return sum(1 for a in self.tool_calls if a.number > 1)
+
+    @property
+    def incidents_created(self) -> list[str]:
+        """Ids of the incidents the server created for this task, one per creation."""
+        return [
+            str(change.get(span_names.STATE_INCIDENT_ID))
+            for attempt in self.tool_calls
+            for change in attempt.state_changes
+            if change.get(span_names.STATE_OP) == "open_incident" and change.get(span_names.STATE_CHANGED) is True
+        ]
+
+    @property
+    def duplicates(self) -> int:
+        """Incidents created beyond the first: a write that ran twice."""
+        return max(0, len(self.incidents_created) - 1)
+
+    def touch(self) -> Touch | None:
+        """The faults that reached the task's tool calls, or None when none did.
+
+        Times are Unix seconds: ``first_fault_at`` the start of the first faulted attempt, ``ended_at``
+        the task span's end, so their difference is the task's recovery time.
+        """
+        touch: Touch | None = None
+        for attempt in self.tool_calls:
+            applied = attempt.faults
+            if not applied:
+                continue
+            if touch is None:
+                touch = Touch(
+                    first_fault_at=attempt.span.start_unix_nano / 1e9,
+                    first_fault_request=attempt.request_id,
+                    ended_at=self.span.end_unix_nano / 1e9,
+                )
+            for fault_type, mode in applied:
+                if fault_type not in touch.fault_types:
+                    touch.fault_types.append(fault_type)
+                touch.fault_modes.append(f"{fault_type}:{mode}")
+        return touch
+
+    @property
+    def recovery_s(self) -> float | None:
+        """From the first faulted attempt's start to the task's end; None when no fault touched it."""
+        faulted = next((a for a in self.tool_calls if a.faults), None)
+        if faulted is None:
+            return None
+        return (self.span.end_unix_nano - faulted.span.start_unix_nano) / 1e9
+
+
+def proxy_faults(span: SpanView) -> list[tuple[str, str]]:
+    """(type, mode) of each fault a proxy span records, in the order the proxy applied them.
+
+    The span's own attributes name the first; each fault that changed the answer also left an event
+    with its mode and rule, in order. Only an error fault leaves no event, and it is always applied
+    alone (an error answers before anything else could apply), so it is the attributes' fault.
+    """
+    from_events = [
+        (_FAULT_OF_EVENT[e.name], str(e.attributes.get(names.FAULT_MODE)), e.attributes.get(names.FAULT_RULE))
+        for e in span.events
+        if e.name in _FAULT_OF_EVENT
+    ]
+    first_type = span.attributes.get(names.FAULT_TYPE)
+    if first_type is not None and span.attributes.get(names.FAULT_RULE) not in {rule for *_, rule in from_events}:
+        return [(str(first_type), str(span.attributes.get(names.FAULT_MODE)))]
+    return [(fault_type, mode) for fault_type, mode, _ in from_events]
+
+
+def _children(spans: Iterable[SpanView]) -> dict[_Key, list[SpanView]]:
+    found: dict[_Key, list[SpanView]] = {}
+    for span in spans:
+        if span.parent_span_id is not None:
+            found.setdefault((span.trace_id, span.parent_span_id), []).append(span)
+    return found
+
+
+def _by_start(spans: Iterable[SpanView]) -> tuple[SpanView, ...]:
+    return tuple(sorted(spans, key=lambda s: s.start_unix_nano))
+
+
+def task_traces(spans: SessionSpans) -> dict[int, TaskTrace]:
+    """Task index -> the task's tree, for every task span among ``spans.client`` (the last, if one repeats)."""
+    client_children = _children(s for s in spans.client if s.kind is SpanKind.CLIENT)
+    proxy_children = _children(spans.proxy)
+    server_children = _children(spans.server)
+    tasks: dict[int, TaskTrace] = {}
+    for task in _by_start(s for s in spans.client if isinstance(s.attributes.get(span_names.TASK_INDEX), int)):
+        attempts = []
+        for attempt in _by_start(client_children.get((task.trace_id, task.span_id), ())):
+            key = (attempt.trace_id, attempt.span_id)
+            proxies = _by_start(proxy_children.get(key, ()))
+            servers = [s for p in proxies for s in server_children.get((p.trace_id, p.span_id), ())]
+            servers += server_children.get(key, ())  # the proxy passed the client's context on untouched
+            attempts.append(AttemptTrace(attempt, proxies, _by_start(servers)))
+        trace = TaskTrace(task, tuple(attempts))
+        tasks[trace.index] = trace
+    return tasks
+
+
+def touches(tasks: Mapping[int, TaskTrace]) -> dict[int, Touch]:
+    """Task index -> the faults that reached it, for the tasks a fault reached (as ``join.touches_by_task``)."""
+    found = {index: trace.touch() for index, trace in tasks.items()}
+    return {index: touch for index, touch in found.items() if touch is not None}
+
+
+def compare_touches(by_trace: Mapping[int, Touch], by_request: Mapping[int, Touch]) -> list[str]:
+    """Where the trace join and the request-id join disagree: fault types, modes, first faulted request.
+
+    Empty when they agree on every task. Both joins read what the proxy recorded of the same requests
+    (spans and events, written side by side), so any line here is a bug, not a race.
+    """
+    problems = []
+    for index in sorted(set(by_trace) | set(by_request)):
+        spans, events = by_trace.get(index), by_request.get(index)
+        if spans is None or events is None:
+            seen = spans or events
+            assert seen is not None
+            side = "the traces" if spans is not None else "the proxy's events"
+            problems.append(f"task {index}: only {side} show faults ({', '.join(seen.fault_modes)})")
+            continue
+        for what, left, right in (
+            ("fault types", spans.fault_types, events.fault_types),
+            ("fault modes", spans.fault_modes, events.fault_modes),
+            ("first faulted request", str(spans.first_fault_request), str(events.first_fault_request)),
+        ):
+            if left != right:
+                problems.append(f"task {index}: {what} {left!r} in the traces, {right!r} in the proxy's events")
+    return problems
+
+
+def read_session_spans(directory: Path) -> SessionSpans:
+    """The three span files of a session directory; a missing file reads as no spans."""
+
+    def spans(name: str) -> list[SpanView]:
+        path = directory / name
+        return read_spans(path) if path.exists() else []
+
+    return SessionSpans(spans(CLIENT_SPANS), spans(PROXY_SPANS), spans(SERVER_SPANS))
