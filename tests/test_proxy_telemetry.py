@@ -199,3 +199,63 @@ def test_traces_export_sends_a_past_runs_spans_to_a_collector(proxy_factory, tmp
         assert exported["tools/call echo"].trace_id.hex() == CLIENT_TRACE
     finally:
         receiver.close()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/prometheus").exists(), reason="make test installs Debian's prometheus")
+def test_a_real_prometheus_scrapes_the_proxy(proxy_factory, tmp_path):
+    import subprocess
+    import urllib.parse
+
+    from tests.test_telemetry import stop, wait_ready
+
+    metrics_port, prometheus_port = free_port(), free_port()
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "error"\ntools = ["counter"]\n')
+    proxy = proxy_factory(profile, extra=("--metrics-addr", f"127.0.0.1:{metrics_port}"))
+    proxy.send(INIT + traced_call(1, "echo", text="hi") + traced_call(2, "counter"))
+    for _ in range(3):
+        proxy.read_json()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"scrape_configs:\n  - job_name: proxy\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+    )
+    prometheus = subprocess.Popen(
+        [
+            "/usr/bin/prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+            "--enable-feature=exemplar-storage",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    api = f"http://127.0.0.1:{prometheus_port}/api/v1"
+
+    def get(path: str, **query: str) -> dict:
+        with urllib.request.urlopen(f"{api}/{path}?{urllib.parse.urlencode(query)}", timeout=5) as response:
+            return json.loads(response.read())
+
+    try:
+        wait_ready(f"http://127.0.0.1:{prometheus_port}/-/ready", prometheus)
+        series: dict[str, float] = {}
+        exemplars: list = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            result = get("query", query="sum by (fault_type) (mcpfault_requests_total{method='tools/call'})")
+            series = {r["metric"]["fault_type"]: float(r["value"][1]) for r in result["data"]["result"]}
+            now = time.time()
+            exemplars = get(
+                "query_exemplars", query="mcpfault_requests_total", start=str(now - 300), end=str(now + 60)
+            )["data"]
+            if series == {"none": 1.0, "error": 1.0} and exemplars:
+                break
+            time.sleep(0.25)
+        assert series == {"none": 1.0, "error": 1.0}
+        trace_ids = {e["labels"]["trace_id"] for group in exemplars for e in group["exemplars"]}
+        assert trace_ids == {CLIENT_TRACE}  # untraced proxy: exemplars point at the client's trace
+    finally:
+        stop(prometheus)
+        proxy.close_stdin()
+        proxy.wait()

@@ -83,6 +83,8 @@ class RequestObserver(Protocol):
 
     def finished(self, token: Any, outcome: Finished) -> None: ...
 
+    def upstream_exited(self, exit_code: int) -> None: ...
+
 
 @dataclass(slots=True)
 class Stats:
@@ -242,6 +244,8 @@ class ProxyCore:
         Responses a fault dropped stay lost; the client's EOF follows right after.
         """
         self.stats.upstream_exit_code = exit_code
+        for observer in self._observers:
+            observer.upstream_exited(exit_code)
         waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
         self._in_flight.clear()
         self._reused.clear()

@@ -105,6 +105,10 @@ class TelemetryObserver:
         if span is not None:
             self._end(span, outcome)
 
+    def upstream_exited(self, exit_code: int) -> None:
+        if self._metrics is not None:
+            self._metrics.upstream_exited()
+
     def _count(self, outcome: Finished, span: Span | None) -> None:
         assert self._metrics is not None
         self._metrics.request_finished()
