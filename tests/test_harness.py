@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -346,3 +348,53 @@ def test_bench_pushes_its_metrics_to_a_real_pushgateway(tmp_path):
         assert line.endswith(" 4")
     finally:
         stop(gateway)
+
+
+def test_bench_serves_task_metrics_while_it_runs(tmp_path):
+    from tests.test_telemetry import free_port
+
+    port = free_port()
+    bench = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mcpfault",
+            "bench",
+            "--profiles",
+            "baseline,timeout",
+            "--agents",
+            "naive",
+            "--tasks",
+            "16",
+            "--session-tasks",
+            "4",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path / "live"),
+            "--metrics-addr",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    seen = ""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and bench.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    body = response.read().decode()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            if 'mcpfault_task_outcomes_total{agent="naive",outcome="success",profile="baseline"}' in body:
+                seen = body
+                break
+            time.sleep(0.1)
+        assert seen, "no task metrics were served while the bench ran"
+        assert bench.wait(timeout=120) == 0
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()

@@ -179,6 +179,11 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         "(each session writes them to client-, proxy- and server-spans.jsonl regardless)",
     )
     parser.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve the task metrics on /metrics while running (127.0.0.1 unless MCPFAULT_METRICS_TOKEN is set)",
+    )
+    parser.add_argument(
         "--pushgateway",
         metavar="URL",
         help="push task outcomes, recovery times, retries, duplicates and silent failures to a Pushgateway at the end",
@@ -385,9 +390,14 @@ def _run(args: argparse.Namespace) -> int:
         otlp_endpoint=endpoint,
     )
     console = _console()
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
-        result = anyio.run(run_session, plan, world, lambda: bar.advance(task))
+    live = _live_metrics(args.metrics_addr)
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
+            result = anyio.run(run_session, plan, world, lambda: bar.advance(task))
+        live.record(result.records)
+    finally:
+        live.close()
     write_records(out / "records.jsonl", result.records)
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
@@ -449,9 +459,13 @@ def _bench(args: argparse.Namespace) -> int:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     total = len(config.profiles) * len(agents) * args.tasks
     columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("bench", total=total)
-        result = anyio.run(run_bench, config, plans, world, lambda: bar.advance(task))
+    live = _live_metrics(args.metrics_addr)
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("bench", total=total)
+            result = anyio.run(run_bench, config, plans, world, lambda: bar.advance(task), live.record)
+    finally:
+        live.close()
     write_records(out / "records.jsonl", result.records)
     meta = ReportMeta(
         command=shlex.join(["mcpfault", *sys.argv[1:]]),
@@ -473,6 +487,40 @@ def _bench(args: argparse.Namespace) -> int:
     for error in result.errors:
         print(f"mcpfault bench: {error}", file=sys.stderr)
     return EXIT_CHECK_FAILED if result.errors or not pushed else EXIT_OK
+
+
+class _LiveMetrics:
+    """Task metrics on /metrics while a run or bench goes on (updated as each session is judged)."""
+
+    def __init__(self, metrics: Any = None, server: Any = None) -> None:
+        self._metrics = metrics
+        self._server = server
+
+    def record(self, records: Any) -> None:
+        if self._metrics is not None:
+            from mcpfault.harness.metrics_push import record_bench_metrics
+
+            trace_ids = {(r.profile, r.agent, r.session, r.task_index): r.trace_id for r in records if r.trace_id}
+            record_bench_metrics(records, self._metrics, trace_ids=trace_ids)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+
+
+def _live_metrics(addr: str | None) -> _LiveMetrics:
+    if addr is None:
+        return _LiveMetrics()
+    import os
+
+    from mcpfault.telemetry.metrics import HarnessMetrics, start_metrics_server
+
+    metrics = HarnessMetrics()
+    try:
+        server, _ = start_metrics_server(addr, metrics.registry, token=os.environ.get("MCPFAULT_METRICS_TOKEN") or None)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--metrics-addr {addr}: {exc}") from None
+    return _LiveMetrics(metrics, server)
 
 
 def _check_pushgateway(url: str | None) -> None:

@@ -129,7 +129,11 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
 
 
 async def run_bench(
-    config: BenchConfig, plans: Sequence[SessionPlan], world: World, on_task_done: Callable[[], None]
+    config: BenchConfig,
+    plans: Sequence[SessionPlan],
+    world: World,
+    on_task_done: Callable[[], None],
+    on_session_done: Callable[[Sequence[TaskRecord]], None] = lambda _records: None,
 ) -> BenchResult:
     result = BenchResult(sessions=len(plans))
     started = time.monotonic()
@@ -138,7 +142,9 @@ async def run_bench(
 
     async def one(plan: SessionPlan) -> None:
         async with limiter:
-            finished.append(await run_session(plan, world, on_task_done))
+            session = await run_session(plan, world, on_task_done)
+            finished.append(session)
+            on_session_done(session.records)
 
     async with anyio.create_task_group() as tg:
         for plan in plans:
