@@ -259,3 +259,20 @@ def test_a_real_prometheus_scrapes_the_proxy(proxy_factory, tmp_path):
         stop(prometheus)
         proxy.close_stdin()
         proxy.wait()
+
+
+def test_server_to_client_requests_get_spans_too(proxy_factory, tmp_path):
+    spans_file = tmp_path / "spans.jsonl"
+    proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--spans", str(spans_file)))
+    sampling = request("srv-1", "sampling/createMessage", {"messages": [], "maxTokens": 5})
+    proxy.send(INIT + call(1, "raw", hex=sampling.hex()))
+    proxy.read_json()
+    assert json.loads(proxy.read_line())["method"] == "sampling/createMessage"  # relayed as is
+    proxy.read_json()
+    proxy.send(b'{"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant","content":{"type":"text","text":"ok"}}}\n')
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    spans = [s for s in read_spans(spans_file) if s.attributes["mcpfault.direction"] == "server_to_client"]
+    assert [s.name for s in spans] == ["sampling/createMessage"]
+    assert spans[0].attributes["mcpfault.client.received"] == "response"
+    assert spans[0].attributes["jsonrpc.request.id"] == "srv-1"

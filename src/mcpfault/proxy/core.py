@@ -28,6 +28,10 @@ from mcpfault.proxy.events import EventSink
 log = structlog.get_logger("mcpfault.proxy")
 
 
+# Server-to-client requests waiting for the client's answer, kept for their spans only.
+MAX_OBSERVED_SERVER_REQUESTS = 4096
+
+
 class To(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
@@ -73,8 +77,8 @@ class Finished(NamedTuple):
 class RequestObserver(Protocol):
     """Watches each request that the engine saw, from arrival to what the client received."""
 
-    def started(self, call: Call, decision: Decision, started: float) -> Any:
-        """Return a token kept with the request (or None)."""
+    def started(self, call: Call, decision: Decision, started: float, *, from_server: bool = False) -> Any:
+        """Return a token kept with the request (or None). ``from_server``: a server-to-client request."""
         ...
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
@@ -116,6 +120,7 @@ class ProxyCore:
         self._clock = clock
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
         self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
+        self._server_requests: dict[tuple[bool, object], InFlight] = {}  # observed only, bounded by the peer
         self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
 
@@ -128,6 +133,8 @@ class ProxyCore:
                 self._opaque(To.SERVER, line, message.why_opaque)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
                 self._cancelled(message.params.get("requestId"))
+            elif message.kind is MessageKind.RESPONSE and self._server_requests:
+                self._server_request_answered(message.body)
             return [Emit(To.SERVER, line)]
         body = message.body
         assert body is not None
@@ -193,6 +200,24 @@ class ProxyCore:
                 del self._reused[key]
         return pending
 
+    def _server_request(self, body: dict[str, Any] | None) -> None:
+        """A request from the server to the client (sampling, elicitation, roots): observed, never faulted."""
+        assert body is not None
+        call = Call.from_body(body)
+        started = self._clock()
+        tokens = tuple(o.started(call, PASS, started, from_server=True) for o in self._observers)
+        if len(self._server_requests) >= MAX_OBSERVED_SERVER_REQUESTS:
+            # A server that never hears back must not grow our memory: the oldest is given up.
+            oldest = self._server_requests.pop(next(iter(self._server_requests)))
+            self._record(oldest, Delivery(None), upstream_contacted=True, received="nothing", event=False)
+        self._server_requests[jsonrpc.id_key(body["id"])] = InFlight(body, PASS, started, tokens)
+
+    def _server_request_answered(self, body: dict[str, Any] | None) -> None:
+        assert body is not None
+        pending = self._server_requests.pop(jsonrpc.id_key(body["id"]), None)
+        if pending is not None:
+            self._record(pending, Delivery(None), upstream_contacted=True, body=body, event=False)
+
     def _cancelled(self, request_id: Any) -> None:
         """The client gave up on a request: the server need not answer it, so stop waiting for it."""
         if not jsonrpc.valid_id(request_id):
@@ -210,6 +235,8 @@ class ProxyCore:
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.CLIENT, line, message.why_opaque)
+            elif message.kind is MessageKind.REQUEST and self._observers:
+                self._server_request(message.body)
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
@@ -246,6 +273,9 @@ class ProxyCore:
         self.stats.upstream_exit_code = exit_code
         for observer in self._observers:
             observer.upstream_exited(exit_code)
+        for unanswered in self._server_requests.values():
+            self._record(unanswered, Delivery(None), upstream_contacted=True, received="upstream_exited", event=False)
+        self._server_requests.clear()
         waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
         self._in_flight.clear()
         self._reused.clear()
@@ -279,9 +309,12 @@ class ProxyCore:
         upstream_contacted: bool,
         body: dict[str, Any] | None = None,
         received: str | None = None,
+        event: bool = True,
     ) -> None:
         decision, call = pending.decision, pending.call
-        if received is None:
+        if received is None and body is not None and delivery.data is None:
+            received, error_code = classify(b"", call.request_id, body)  # the client's answer, already parsed
+        elif received is None:
             received, error_code = classify(delivery.data, call.request_id, body)
         else:
             error_code = jsonrpc.UPSTREAM_UNAVAILABLE if received == "upstream_exited" else None
@@ -309,7 +342,7 @@ class ProxyCore:
             )
             for observer, token in zip(self._observers, pending.tokens, strict=False):
                 observer.finished(token, outcome)
-        if self._events is None:
+        if self._events is None or not event:
             return
         first = decision.applied[0] if decision.applied else None
         record: dict[str, Any] = {

@@ -64,7 +64,7 @@ class TelemetryObserver:
         self._transport = transport
         self._clock = _Clock()
 
-    def started(self, call: Call, decision: Decision, started: float) -> Span | None:
+    def started(self, call: Call, decision: Decision, started: float, *, from_server: bool = False) -> Span | None:
         if self._metrics is not None:
             self._metrics.request_started()
         if self._tracer is None:
@@ -74,6 +74,7 @@ class TelemetryObserver:
             names.MCP_METHOD_NAME: call.method,
             names.JSONRPC_REQUEST_ID: str(call.request_id),
             names.NETWORK_TRANSPORT: self._transport,
+            names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT if from_server else names.DIRECTION_CLIENT_TO_SERVER,
         }
         tool = call.target if call.method == "tools/call" else None
         if tool is not None:

@@ -42,6 +42,9 @@ FAULT_TYPE: Final = "mcpfault.fault.type"  # fault type name from the profile, a
 FAULT_MODE: Final = "mcpfault.fault.mode"
 FAULT_RULE: Final = "mcpfault.fault.rule"  # index of the profile rule that fired
 UPSTREAM_CONTACTED: Final = "mcpfault.upstream.contacted"  # bool: did the server see this request
+DIRECTION: Final = "mcpfault.direction"  # DIRECTION_* below: which peer sent the request
+DIRECTION_CLIENT_TO_SERVER: Final = "client_to_server"
+DIRECTION_SERVER_TO_CLIENT: Final = "server_to_client"  # sampling, elicitation, roots: never faulted
 CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
 
 # --- Span events: the proxy's phases within one request span -----------------------------------
