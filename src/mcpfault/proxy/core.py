@@ -53,10 +53,11 @@ class InFlight(NamedTuple):
     started: float
     tokens: tuple[Any, ...] = ()  # what each observer keeps for this request (a span, say)
     handled_s: float = 0.0  # the proxy's own time on the request's way in (observed requests only)
+    parsed: Call | None = None  # kept when it was built anyway, so it is not built again per use
 
     @property
     def call(self) -> Call:
-        return Call.from_body(self.body)
+        return self.parsed if self.parsed is not None else Call.from_body(self.body)
 
 
 class Finished(NamedTuple):
@@ -155,7 +156,7 @@ class ProxyCore:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
         started = self._clock()
         tokens = tuple(o.started(call, decision, started) for o in self._observers)
-        pending = InFlight(body, decision, started, tokens)
+        pending = InFlight(body, decision, started, tokens, parsed=call)
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
             self._record(pending, delivery, upstream_contacted=False)
@@ -210,7 +211,7 @@ class ProxyCore:
             # A server that never hears back must not grow our memory: the oldest is given up.
             oldest = self._server_requests.pop(next(iter(self._server_requests)))
             self._record(oldest, Delivery(None), upstream_contacted=True, received="nothing", event=False)
-        self._server_requests[jsonrpc.id_key(body["id"])] = InFlight(body, PASS, started, tokens)
+        self._server_requests[jsonrpc.id_key(body["id"])] = InFlight(body, PASS, started, tokens, parsed=call)
 
     def _server_request_answered(self, body: dict[str, Any] | None) -> None:
         assert body is not None
