@@ -26,6 +26,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+OTEL_VARS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_BSP_SCHEDULE_DELAY",
+)
+
+
+@pytest.fixture
+def clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's or CI's own OTEL_* settings must not steer telemetry tests."""
+    for var in OTEL_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
 def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> bytes:
     body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:

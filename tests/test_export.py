@@ -24,20 +24,7 @@ from mcpfault.telemetry.tracing import configure_tracing, read_spans
 from tests.test_telemetry import OtlpReceiver, emit_request_spans, free_port
 
 SECRET = "s3cr3t-t0ken-do-not-leak"
-OTEL_VARS = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-)
-
-
-@pytest.fixture(autouse=True)
-def _clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in OTEL_VARS:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
 
 @pytest.fixture

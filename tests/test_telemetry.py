@@ -62,22 +62,7 @@ SECRET = "s3cr3t-t0ken-do-not-leak"
 PROMETHEUS = Path("/usr/bin/prometheus")
 PUSHGATEWAY = Path("/usr/bin/prometheus-pushgateway")
 
-OTEL_VARS = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_BSP_SCHEDULE_DELAY",
-)
-
-
-@pytest.fixture(autouse=True)
-def _clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The developer's or CI's own OTEL_* settings must not steer these tests.
-    for var in OTEL_VARS:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
 
 # --- helpers ---------------------------------------------------------------------------------------
