@@ -31,13 +31,13 @@ bench: $(STAMP)
 setup: $(STAMP) $(NPM_STAMP) prometheus
 
 # The tests scrape with a real Prometheus and push to a real Pushgateway (Debian's packages, run by
-# the tests on 127.0.0.1; the system services are not started).
+# the tests on 127.0.0.1; the system services are not started); docker-compose validates compose.yaml.
 prometheus:
-	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/prometheus-pushgateway ]; then :; \
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/prometheus-pushgateway ] && [ -x /usr/bin/docker-compose ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-pushgateway >/dev/null; \
-	else echo "make test: run as root once, or: sudo apt-get install prometheus prometheus-pushgateway" >&2; fi
+			prometheus prometheus-pushgateway docker-compose >/dev/null; \
+	else echo "make test: run as root once, or: sudo apt-get install prometheus prometheus-pushgateway docker-compose" >&2; fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
