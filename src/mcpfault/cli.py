@@ -266,15 +266,21 @@ def _proxy_telemetry(args: argparse.Namespace) -> _ProxyTelemetry:
     from mcpfault import __version__ as version
     from mcpfault.faults.catalog import CATALOG
     from mcpfault.proxy.observe import TelemetryObserver, fault_label_sets
-    from mcpfault.telemetry import metrics, tracing
+    from mcpfault.telemetry import metrics
+    from mcpfault.telemetry.fastspans import SpanRecorder
 
     result = _ProxyTelemetry()
-    try:
-        result.provider = tracing.configure_tracing(
-            "mcpfault-proxy", spans_file=args.spans, otlp_endpoint=args.otlp_endpoint
-        )
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"tracing: {exc}") from None
+    if args.spans is not None or args.otlp_endpoint is not None or wants_env:
+        try:
+            result.provider = SpanRecorder(
+                "mcpfault-proxy",
+                spans_file=args.spans,
+                otlp_endpoint=args.otlp_endpoint,
+                scope_name="mcpfault.proxy",
+                scope_version=version,
+            )
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"tracing: {exc}") from None
     proxy_metrics = None
     if args.metrics_addr is not None:
         types, modes = fault_label_sets(CATALOG)
@@ -284,8 +290,7 @@ def _proxy_telemetry(args: argparse.Namespace) -> _ProxyTelemetry:
             result.server, _ = metrics.start_metrics_server(args.metrics_addr, proxy_metrics.registry, token=token)
         except (ValueError, OSError) as exc:
             raise UsageError(f"--metrics-addr {args.metrics_addr}: {exc}") from None
-    tracer = result.provider.get_tracer("mcpfault.proxy", version) if result.provider is not None else None
-    result.observer = TelemetryObserver(tracer, proxy_metrics)
+    result.observer = TelemetryObserver(result.provider, proxy_metrics)
     return result
 
 

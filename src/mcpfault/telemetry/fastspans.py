@@ -1,0 +1,431 @@
+"""A minimal span recorder for the proxy's hot path: no OpenTelemetry SDK objects per span.
+
+The SDK costs the proxy ~100 us per request (span start, attribute cleaning, events, the
+propagators) plus ~30 us of encoding on its export thread, holding the GIL the relay needs. Here a
+span is a handle made of a few ints and strings; ending it appends one tuple to a bounded deque. One
+writer thread per recorder encodes batches as OTLP JSON lines, the same format as
+``OtlpJsonLinesExporter`` (``read_spans`` and ``mcpfault traces export`` read both), and, when an
+endpoint is configured, converts the same JSON to protobuf and POSTs it over OTLP/HTTP.
+
+Configuration follows ``configure_tracing``: the resource comes from the same code (so
+``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply), the endpoint from the argument or
+``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``, headers from ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`` (sent,
+never logged). Sampling follows the SDK's default (parent-based, always on): a span whose remote
+parent is not sampled is propagated but not recorded.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from opentelemetry.sdk.environment_variables import (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+)
+from opentelemetry.trace import SpanKind
+
+from mcpfault.telemetry import names
+from mcpfault.telemetry.tracing import (
+    _FLAG_HAS_IS_REMOTE,
+    _FLAG_IS_REMOTE,
+    _KIND_TO_OTLP,
+    _USERINFO,
+    OtlpJsonLinesExporter,
+    _json_value,
+    _resource,
+    _traces_endpoint,
+)
+
+_log = logging.getLogger(__name__)
+
+MAX_QUEUE: Final = 100_000
+BATCH_SPANS: Final = 512
+FLUSH_INTERVAL_S: Final = 0.2
+SHUTDOWN_WAIT_S: Final = 10.0
+_HEX: Final = frozenset("0123456789abcdef")
+_MAX_TRACESTATE: Final = 512  # the W3C limit on the header's length
+
+Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
+
+
+class ParentContext:
+    """A valid W3C ``traceparent``: the trace, the parent span and its flags, all as received."""
+
+    __slots__ = ("flags", "span_id", "trace_id")
+
+    def __init__(self, trace_id: str, span_id: str, flags: str) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+
+    @property
+    def sampled(self) -> bool:
+        return bool(int(self.flags, 16) & 1)
+
+
+def parse_traceparent(value: object) -> ParentContext | None:
+    """``00-{32 hex}-{16 hex}-{2 hex}``, lowercase, ids not all zeros; anything else is None.
+
+    Stricter than the SDK's propagator on purpose: only version 00 is accepted, so an unknown future
+    version starts a new trace rather than being half understood.
+    """
+    if not isinstance(value, str) or len(value) != 55:
+        return None
+    if value[2] != "-" or value[35] != "-" or value[52] != "-" or value[:2] != "00":
+        return None
+    trace_id, span_id, flags = value[3:35], value[36:52], value[53:55]
+    if not _HEX.issuperset(trace_id) or not _HEX.issuperset(span_id) or not _HEX.issuperset(flags):
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return ParentContext(trace_id, span_id, flags)
+
+
+def _valid_tracestate(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    if not value or len(value) > _MAX_TRACESTATE or any(not 0x20 <= ord(c) <= 0x7E for c in value):
+        return None
+    return value
+
+
+class SpanHandle:
+    """A started span: what ``end`` and propagation need, nothing more."""
+
+    __slots__ = (
+        "attributes",
+        "flags",
+        "kind",
+        "name",
+        "parent_span_id",
+        "span_id",
+        "start_ns",
+        "trace_id",
+        "tracestate",
+    )
+
+    def __init__(  # noqa: PLR0917 - built once per request on the hot path, positionally
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        flags: str,
+        tracestate: str | None,
+        name: str,
+        kind: int,
+        attributes: dict[str, Any],
+        start_ns: int,
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_span_id = parent_span_id
+        self.flags = flags
+        self.tracestate = tracestate
+        self.name = name
+        self.kind = kind
+        self.attributes = attributes
+        self.start_ns = start_ns
+
+    @property
+    def recording(self) -> bool:
+        return bool(int(self.flags, 16) & 1)
+
+    def traceparent(self) -> str:
+        """The W3C ``traceparent`` naming this span as the parent."""
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+
+def resolve_endpoint(otlp_endpoint: str | None) -> str | None:
+    """The traces URL: the argument (a base or a full URL), else the environment as the SDK reads it."""
+    if otlp_endpoint:
+        return _traces_endpoint(otlp_endpoint)
+    signal = os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
+    if signal:
+        return signal  # the signal's own variable is the full URL, taken verbatim
+    generic = os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip()
+    return _traces_endpoint(generic) if generic else None
+
+
+class SpanRecorder:
+    """Spans from ``start``/``end`` on the hot path; a writer thread encodes and exports them.
+
+    The caller owns the recorder and must ``shutdown()`` it: that flushes every queued span and joins
+    the writer (bounded by ``SHUTDOWN_WAIT_S``).
+    """
+
+    def __init__(
+        self,
+        service_name: str,
+        *,
+        spans_file: Path | None,
+        otlp_endpoint: str | None,
+        resource_attributes: Mapping[str, str] | None = None,
+        scope_name: str = "mcpfault.proxy",
+        scope_version: str | None = None,
+        max_queue: int = MAX_QUEUE,
+    ) -> None:
+        self._random = random.Random(os.urandom(32))
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._max_queue = max_queue
+        self.dropped = 0
+        self._warned = False
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._url = resolve_endpoint(otlp_endpoint)  # raises ValueError for a bad argument
+        resource = _resource(service_name, resource_attributes)
+        head: dict[str, Any] = {}
+        if resource.attributes:
+            head["attributes"] = [{"key": k, "value": _json_value(v)} for k, v in resource.attributes.items()]
+        self._resource_entry: dict[str, Any] = {"resource": head}
+        if resource.schema_url:
+            self._resource_entry["schemaUrl"] = resource.schema_url
+        scope: dict[str, Any] = {"name": scope_name}
+        if scope_version:
+            scope["version"] = scope_version
+        self._scope = scope
+        self._file = OtlpJsonLinesExporter(spans_file) if spans_file is not None else None
+        self._sender: Any = None
+        if self._url is not None:
+            from mcpfault.telemetry import export  # protobuf modules: only when sending
+
+            self._sender = export._Sender(
+                url=self._url,
+                shown=_USERINFO.sub("//***@", self._url),
+                headers=export._env_headers(),
+                timeout_s=5.0,
+                max_attempts=3,
+                max_retry_wait_s=2.0,
+                sleep=time.sleep,
+            )
+
+    # -- the hot path ------------------------------------------------------------------------------
+
+    def new_trace_id(self) -> str:
+        value = 0
+        while not value:
+            value = self._random.getrandbits(128)
+        return f"{value:032x}"
+
+    def new_span_id(self) -> str:
+        value = 0
+        while not value:
+            value = self._random.getrandbits(64)
+        return f"{value:016x}"
+
+    def start(
+        self,
+        name: str,
+        kind: SpanKind | int,
+        traceparent: str | None,
+        attributes: dict[str, Any],
+        start_unix_ns: int,
+        *,
+        tracestate: str | None = None,
+    ) -> SpanHandle:
+        """A span, child of ``traceparent`` when that is valid, else the root of a new trace."""
+        otlp_kind = _KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
+        parent = parse_traceparent(traceparent)
+        if parent is None:
+            return SpanHandle(
+                self.new_trace_id(), self.new_span_id(), None, "01", None, name, otlp_kind, attributes, start_unix_ns
+            )
+        return SpanHandle(
+            parent.trace_id,
+            self.new_span_id(),
+            parent.span_id,
+            parent.flags,
+            _valid_tracestate(tracestate),
+            name,
+            otlp_kind,
+            attributes,
+            start_unix_ns,
+        )
+
+    def end(
+        self,
+        handle: SpanHandle,
+        attributes: dict[str, Any],
+        events: list[Event],
+        error: tuple[str] | None,
+        end_unix_ns: int,
+    ) -> None:
+        """Queue the finished span for the writer; never blocks (a full queue drops and counts)."""
+        if not handle.recording:
+            return
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            if not self._warned:
+                self._warned = True
+                _log.warning("span queue full (%d spans): dropping spans until the writer catches up", self._max_queue)
+            return
+        queue.append((handle, attributes, events, error, end_unix_ns))
+        if self._thread is None:
+            self._start_writer()
+        elif len(queue) >= BATCH_SPANS:
+            self._wake.set()
+
+    # -- the writer ------------------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="mcpfault-spans", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(FLUSH_INTERVAL_S)
+            self._wake.clear()
+            stopping = self._stopping
+            while self._queue:
+                self._flush_batch()
+                if not stopping and len(self._queue) < BATCH_SPANS:
+                    break
+            if stopping and not self._queue:
+                return
+
+    def _flush_batch(self) -> None:
+        queue = self._queue
+        batch = []
+        try:
+            for _ in range(BATCH_SPANS):
+                batch.append(queue.popleft())
+        except IndexError:
+            pass
+        if not batch:
+            return
+        try:
+            request = self.otlp_json_request(batch)
+            line = orjson.dumps(request) + b"\n"
+        except Exception:  # a bad attribute must not kill the writer
+            _log.exception("could not encode %d spans as OTLP JSON", len(batch))
+            return
+        if self._file is not None:
+            try:
+                with self._file._lock:
+                    if self._file._file is not None:
+                        self._file._write_all(line)
+            except OSError:
+                _log.exception("could not write spans to %s", self._file.path)
+        if self._sender is not None:
+            self._post(request, len(batch))
+
+    def _post(self, request: dict[str, Any], count: int) -> None:
+        from mcpfault.telemetry import export
+
+        try:
+            # The conversion rewrites ids in place: give it its own copy of the request.
+            body = export.otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
+            self._sender.send(body, count, export._Tally(endpoint=self._sender.shown))
+        except export.ExportError as exc:  # already free of credentials
+            _log.warning("%d spans not exported: %s", count, exc)
+        except Exception:
+            _log.exception("%d spans not exported to %s", count, self._sender.shown)
+
+    def otlp_json_request(self, batch: list[tuple[Any, ...]]) -> dict[str, Any]:
+        """One ``ExportTraceServiceRequest`` in OTLP JSON, as ``OtlpJsonLinesExporter`` writes it."""
+        spans = [_json_span(*item) for item in batch]
+        return {"resourceSpans": [{**self._resource_entry, "scopeSpans": [{"scope": self._scope, "spans": spans}]}]}
+
+    def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> None:
+        """Flush every queued span and stop the writer; waits at most ``timeout_s``."""
+        with self._start_lock:
+            self._stopping = True
+            thread = self._thread
+        if thread is None and self._queue:  # spans queued but no writer: flush here
+            while self._queue:
+                self._flush_batch()
+        elif thread is not None:
+            self._wake.set()
+            thread.join(timeout_s)
+            if thread.is_alive():
+                _log.warning("span writer still busy after %.0f s; %d spans not flushed", timeout_s, len(self._queue))
+                return
+        if self.dropped:
+            _log.warning("%d spans dropped: the span queue was full", self.dropped)
+        if self._file is not None:
+            self._file.shutdown()
+
+
+# Encoded string and bool attributes, shared between spans: most repeat (method, transport, tool),
+# and orjson writes a shared dict as often as it appears. Used by writer threads only; bounded.
+_ENCODED: dict[tuple[str, Any], dict[str, Any]] = {}
+_MAX_ENCODED: Final = 4096
+_UNIQUE: Final = frozenset({names.JSONRPC_REQUEST_ID})  # different in every span: not worth caching
+
+
+def _attributes(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is str and key in _UNIQUE:
+            out.append({"key": key, "value": {"stringValue": value}})
+            continue
+        if kind is str or kind is bool:
+            cache_key = (key, value)
+            entry = _ENCODED.get(cache_key)
+            if entry is None:
+                if len(_ENCODED) >= _MAX_ENCODED:
+                    _ENCODED.clear()
+                field = "stringValue" if kind is str else "boolValue"
+                entry = _ENCODED[cache_key] = {"key": key, "value": {field: value}}
+            out.append(entry)
+            continue
+        try:
+            out.append({"key": key, "value": _json_value(value)})
+        except (TypeError, ValueError) as exc:  # lose the attribute, not the span
+            _log.warning("span attribute %r not encoded: %s", key, exc)
+    return out
+
+
+def _json_span(
+    handle: SpanHandle, end_attributes: dict[str, Any], events: list[Event], error: tuple[str] | None, end_ns: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"traceId": handle.trace_id, "spanId": handle.span_id}
+    if handle.tracestate:
+        out["traceState"] = handle.tracestate
+    if handle.parent_span_id is not None:
+        out["parentSpanId"] = handle.parent_span_id
+    if handle.name:
+        out["name"] = handle.name
+    out["kind"] = handle.kind
+    out["startTimeUnixNano"] = str(handle.start_ns)
+    out["endTimeUnixNano"] = str(end_ns)
+    attributes = {**handle.attributes, **end_attributes} if end_attributes else handle.attributes
+    if attributes:
+        encoded = _attributes(attributes)
+        if encoded:
+            out["attributes"] = encoded
+    if events:
+        json_events = []
+        for name, when, event_attributes in events:
+            event: dict[str, Any] = {"timeUnixNano": str(when)}
+            if name:
+                event["name"] = name
+            if event_attributes:
+                encoded = _attributes(event_attributes)
+                if encoded:
+                    event["attributes"] = encoded
+            json_events.append(event)
+        out["events"] = json_events
+    status: dict[str, Any] = {}
+    if error is not None:
+        if error[0]:
+            status["message"] = error[0]
+        status["code"] = 2  # STATUS_CODE_ERROR
+    out["status"] = status
+    out["flags"] = _FLAG_HAS_IS_REMOTE | (_FLAG_IS_REMOTE if handle.parent_span_id is not None else 0)
+    return out

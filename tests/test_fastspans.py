@@ -1,0 +1,246 @@
+"""The proxy's light span recorder: W3C parsing, the OTLP JSON it writes, OTLP/HTTP, shutdown, drops."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from mcpfault.telemetry import names
+from mcpfault.telemetry.fastspans import SpanRecorder, parse_traceparent
+from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
+from tests.test_telemetry import SECRET, OtlpReceiver
+
+pytestmark = pytest.mark.usefixtures("clean_otel_env")
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT = "b7ad6b7169203331"
+TRACEPARENT = f"00-{TRACE}-{PARENT}-01"
+START_NS = 1_700_000_000_000_000_000
+
+
+# --- traceparent --------------------------------------------------------------------------------
+
+
+def test_a_valid_traceparent_is_parsed_flags_kept():
+    parent = parse_traceparent(f"00-{TRACE}-{PARENT}-03")
+    assert parent is not None
+    assert (parent.trace_id, parent.span_id, parent.flags) == (TRACE, PARENT, "03")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        42,
+        "",
+        TRACEPARENT.upper(),  # uppercase hex is invalid in version 00
+        f"00-{TRACE.upper()}-{PARENT}-01",
+        f"01-{TRACE}-{PARENT}-01",  # only version 00 is understood
+        f"ff-{TRACE}-{PARENT}-01",
+        f"00-{'0' * 32}-{PARENT}-01",  # all-zero ids
+        f"00-{TRACE}-{'0' * 16}-01",
+        f"00-{TRACE}-{PARENT}-0g",
+        f"00-{TRACE[:-1]}x-{PARENT}-01",
+        f"00-{TRACE}-{PARENT}-01-extra",
+        f"00_{TRACE}_{PARENT}_01",
+        f" {TRACEPARENT}"[:55],
+    ],
+)
+def test_an_invalid_traceparent_is_none(value: Any):
+    assert parse_traceparent(value) is None
+
+
+def test_an_invalid_parent_starts_a_new_trace(tmp_path: Path):
+    recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
+    handle = recorder.start("initialize", SpanKind.SERVER, f"00-{'0' * 32}-{PARENT}-01", {}, START_NS, tracestate="a=b")
+    assert handle.trace_id != "0" * 32 and len(handle.trace_id) == 32
+    assert handle.parent_span_id is None and handle.tracestate is None
+    assert parse_traceparent(handle.traceparent()) is not None
+    child = recorder.start("initialize", SpanKind.SERVER, TRACEPARENT, {}, START_NS, tracestate="a=b")
+    assert (child.trace_id, child.parent_span_id, child.tracestate) == (TRACE, PARENT, "a=b")
+    assert child.traceparent() == f"00-{TRACE}-{child.span_id}-01"
+    assert child.span_id != PARENT and int(child.span_id, 16)
+    recorder.shutdown()
+
+
+def test_an_unsampled_parent_is_propagated_but_not_recorded(tmp_path: Path):
+    spans_file = tmp_path / "spans.jsonl"
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None)
+    handle = recorder.start("ping", SpanKind.SERVER, f"00-{TRACE}-{PARENT}-00", {}, START_NS)
+    assert handle.traceparent().endswith("-00")  # the SDK's default sampler: parent-based
+    recorder.end(handle, {}, [], None, START_NS + 1)
+    recorder.shutdown()
+    assert read_spans(spans_file) == []
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+
+def _record(recorder: SpanRecorder, request_id: str, traceparent: str | None = TRACEPARENT) -> str:
+    handle = recorder.start(
+        "tools/call echo",
+        SpanKind.SERVER,
+        traceparent,
+        {names.MCP_METHOD_NAME: "tools/call", names.JSONRPC_REQUEST_ID: request_id, "mcpfault.test.n": 3},
+        START_NS,
+    )
+    recorder.end(
+        handle,
+        {names.UPSTREAM_CONTACTED: False, names.ERROR_TYPE: "-32603"},
+        [(names.EVENT_DELAY, START_NS + 5, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})],
+        ("error",),
+        START_NS + 10,
+    )
+    return handle.span_id
+
+
+def test_the_file_round_trips_through_read_spans(tmp_path: Path):
+    spans_file = tmp_path / "deep" / "spans.jsonl"
+    recorder = SpanRecorder("mcpfault-proxy", spans_file=spans_file, otlp_endpoint=None)
+    span_id = _record(recorder, "1")
+    _record(recorder, "2", traceparent=None)
+    recorder.shutdown()
+    lines = spans_file.read_bytes().splitlines()
+    assert len(lines) == 1  # one batch, one line, one write
+    spans = {s.attributes[names.JSONRPC_REQUEST_ID]: s for s in read_spans(spans_file)}
+    one, two = spans["1"], spans["2"]
+    assert (one.trace_id, one.span_id, one.parent_span_id) == (TRACE, span_id, PARENT)
+    assert one.name == "tools/call echo" and one.kind is SpanKind.SERVER and one.service_name == "mcpfault-proxy"
+    assert (one.start_unix_nano, one.end_unix_nano) == (START_NS, START_NS + 10)
+    assert one.attributes["mcpfault.test.n"] == 3 and one.attributes[names.UPSTREAM_CONTACTED] is False
+    assert [(e.name, e.attributes) for e in one.events] == [
+        (names.EVENT_DELAY, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})
+    ]
+    assert (one.status_code, one.status_message) == (StatusCode.ERROR, "error")
+    assert two.parent_span_id is None and two.trace_id != TRACE
+
+
+def test_one_span_is_the_same_json_as_the_sdk_path(tmp_path: Path):
+    meta = {"traceparent": TRACEPARENT, "tracestate": "v=1,w=2"}
+    start_attributes = {names.MCP_METHOD_NAME: "tools/call", names.JSONRPC_REQUEST_ID: "7", names.FAULT_RULE: "r"}
+    end_attributes: dict[str, Any] = {
+        names.UPSTREAM_CONTACTED: True,
+        "mcpfault.test.ratio": 0.25,
+        names.ERROR_TYPE: "-32603",
+    }
+    events: list[tuple[str, int, dict[str, Any]]] = [
+        (names.EVENT_UPSTREAM_SENT, START_NS + 1, {}),
+        (names.EVENT_DELAY, START_NS + 2, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5}),
+    ]
+
+    sdk_file = tmp_path / "sdk.jsonl"
+    provider = configure_tracing("mcpfault-proxy", spans_file=sdk_file)
+    assert provider is not None
+    span = provider.get_tracer("mcpfault.proxy", "1.2.3").start_span(
+        "tools/call echo",
+        context=extract_context(meta),
+        kind=SpanKind.SERVER,
+        attributes=start_attributes,
+        start_time=START_NS,
+    )
+    for key, value in end_attributes.items():
+        span.set_attribute(key, value)
+    for name, when, attributes in events:
+        span.add_event(name, attributes, timestamp=when)
+    span.set_status(Status(StatusCode.ERROR, "error"))
+    span.end(end_time=START_NS + 10)
+    provider.shutdown()
+
+    fast_file = tmp_path / "fast.jsonl"
+    recorder = SpanRecorder("mcpfault-proxy", spans_file=fast_file, otlp_endpoint=None, scope_version="1.2.3")
+    handle = recorder.start(
+        "tools/call echo",
+        SpanKind.SERVER,
+        meta["traceparent"],
+        start_attributes,
+        START_NS,
+        tracestate=meta["tracestate"],
+    )
+    recorder.end(handle, end_attributes, events, ("error",), START_NS + 10)
+    recorder.shutdown()
+
+    sdk, fast = json.loads(sdk_file.read_bytes()), json.loads(fast_file.read_bytes())
+    sdk_span = sdk["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert sdk_span["spanId"] != handle.span_id
+    sdk_span["spanId"] = handle.span_id  # ids are random; all else is the same
+    assert fast == sdk
+
+
+# --- OTLP/HTTP ----------------------------------------------------------------------------------
+
+
+def test_spans_go_to_a_real_otlp_receiver_with_the_env_headers(tmp_path: Path, monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "renamed")
+    receiver = OtlpReceiver()
+    try:
+        caplog.set_level(logging.DEBUG)
+        recorder = SpanRecorder("mcpfault-proxy", spans_file=tmp_path / "s.jsonl", otlp_endpoint=receiver.base_url)
+        span_id = _record(recorder, "1")
+        recorder.shutdown()
+        assert len(receiver.requests) == 1
+        path, headers, message = receiver.requests[0]
+        assert path == "/v1/traces" and headers["authorization"] == f"Bearer {SECRET}"
+        assert headers["content-type"] == "application/x-protobuf"
+        (span,) = receiver.spans()
+        assert (span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()) == (TRACE, span_id, PARENT)
+        assert span.name == "tools/call echo" and span.kind == 2 and span.status.code == 2
+        resource = {kv.key: kv.value.string_value for kv in message.resource_spans[0].resource.attributes}
+        assert resource["service.name"] == "renamed"
+        assert SECRET not in caplog.text
+    finally:
+        receiver.close()
+
+
+def test_the_endpoint_comes_from_the_environment(monkeypatch):
+    receiver = OtlpReceiver()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base_url)
+        recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
+        _record(recorder, "1")
+        recorder.shutdown()
+        assert [path for path, _, _ in receiver.requests] == ["/v1/traces"]
+    finally:
+        receiver.close()
+
+
+def test_a_bad_endpoint_is_refused():
+    with pytest.raises(ValueError, match="not an http"):
+        SpanRecorder("svc", spans_file=None, otlp_endpoint=f"grpc://user:{SECRET}@collector:4317")
+
+
+# --- shutdown and the bounded queue -------------------------------------------------------------
+
+
+def test_shutdown_flushes_every_span_and_joins_the_writer(tmp_path: Path):
+    spans_file = tmp_path / "spans.jsonl"
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None)
+    for i in range(1500):  # several batches, some still queued at shutdown
+        _record(recorder, str(i))
+    thread = recorder._thread
+    assert thread is not None
+    started = time.monotonic()
+    recorder.shutdown()
+    assert time.monotonic() - started < 5
+    assert not thread.is_alive()
+    assert len(read_spans(spans_file)) == 1500
+    assert recorder.dropped == 0
+
+
+def test_a_full_queue_drops_counts_and_warns_once(tmp_path: Path, caplog):
+    spans_file = tmp_path / "spans.jsonl"
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None, max_queue=10)
+    recorder._thread = object()  # type: ignore[assignment]  # a writer that never drains
+    for i in range(25):
+        _record(recorder, str(i))
+    assert recorder.dropped == 15
+    assert sum("span queue full" in r.getMessage() for r in caplog.records) == 1
+    recorder._thread = None
+    recorder.shutdown()  # no writer ran: shutdown drains the queue itself
+    assert len(read_spans(spans_file)) == 10
