@@ -398,3 +398,26 @@ def test_bench_serves_task_metrics_while_it_runs(tmp_path):
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+def test_shards_merge_to_the_unsharded_outcome_counts(tmp_path):
+    common = ("--profiles", "mixed,timeout", "--agents", "naive,retry-only", "--tasks", "8", "--session-tasks", "4")
+    whole = cli("bench", *common, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    for index in range(3):
+        shard = cli("bench", *common, "--shard", f"{index}/3", "--out", str(tmp_path / f"shard-{index}"))
+        assert shard.returncode == 0, shard.stderr
+    merged = cli(
+        "report", "--merge", *(str(tmp_path / f"shard-{i}") for i in range(3)), "--out", str(tmp_path / "merged")
+    )
+    assert merged.returncode == 0, merged.stderr
+    unsharded = counts(read_records(tmp_path / "whole" / "records.jsonl"))
+    assert counts(read_records(tmp_path / "merged" / "records.jsonl")) == unsharded
+    assert sum(unsharded.values()) == 2 * 2 * 8
+    assert (tmp_path / "merged" / "report.md").is_file()
+    overlap = cli(
+        "report", "--merge", str(tmp_path / "shard-0"), str(tmp_path / "shard-0"), "--out", str(tmp_path / "x")
+    )
+    assert overlap.returncode == 2 and "overlap" in overlap.stderr
+    bad = cli("bench", *common, "--shard", "3/3")
+    assert bad.returncode == 2 and "need 0 <= INDEX < COUNT" in bad.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,8 +132,21 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
+    bench.add_argument(
+        "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
+    )
     _task_options(bench, "runs/<time>-bench")
     bench.set_defaults(handler=_bench)
+
+    report = commands.add_parser(
+        "report",
+        help="merge the results of bench shards into one report",
+        description="Read records.jsonl (and bench.json) from each bench output directory given, check that "
+        "they are disjoint slices of one matrix, and write one records.jsonl, report.md and charts.",
+    )
+    report.add_argument("--merge", nargs="+", type=Path, required=True, metavar="DIR", help="bench output directories")
+    report.add_argument("--out", type=Path, help="output directory (default runs/<time>-merged)")
+    report.set_defaults(handler=_report)
 
     traces = commands.add_parser("traces", help="work with the spans a run wrote to files")
     traces_commands = traces.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
@@ -431,6 +445,7 @@ def _bench(args: argparse.Namespace) -> int:
         DEFAULT_AGENTS,
         DEFAULT_PROFILES,
         BenchConfig,
+        parse_shard,
         plan_sessions,
         resolve_profile,
         run_bench,
@@ -453,6 +468,7 @@ def _bench(args: argparse.Namespace) -> int:
         deadline_s=args.deadline,
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
+        shard=parse_shard(args.shard) if args.shard else None,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
@@ -472,6 +488,18 @@ def _bench(args: argparse.Namespace) -> int:
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
+    bench_meta = {
+        "command": shlex.join(["mcpfault", *sys.argv[1:]]),
+        "seed": args.seed,
+        "tasks_per_cell": args.tasks,
+        "session_tasks": args.session_tasks,
+        "jobs": args.jobs,
+        "shard": args.shard,
+        "wall_s": round(result.wall_s, 1),
+        "started_at": started_at,
+        "sessions": result.sessions,
+    }
+    (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
     meta = ReportMeta(
         command=shlex.join(["mcpfault", *sys.argv[1:]]),
         seed=args.seed,
@@ -573,6 +601,59 @@ def _otlp_endpoint(url: str | None) -> str | None:
             "give the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
         )
     return url.strip()
+
+
+def _report(args: argparse.Namespace) -> int:
+    import os
+    import platform
+    import shlex
+
+    from rich.console import Console
+
+    from mcpfault.analysis.records import read_records, write_records
+    from mcpfault.harness.report import ReportMeta, print_summary, write_report
+
+    records: list[Any] = []
+    metas: list[dict[str, Any]] = []
+    for directory in args.merge:
+        path = directory / "records.jsonl"
+        if not path.is_file():
+            raise UsageError(f"{path} does not exist; give the --out directories of bench runs")
+        try:
+            records.extend(read_records(path))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        meta_path = directory / "bench.json"
+        metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
+    seen: set[tuple[str, str, int, int]] = set()
+    for record in records:
+        key = (record.profile, record.agent, record.session, record.task_index)
+        if key in seen:
+            raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
+        seen.add(key)
+    seeds = {int(m["seed"]) for m in metas if isinstance(m.get("seed"), int)}
+    if len(seeds) > 1:
+        raise UsageError(f"the directories come from different seeds ({sorted(seeds)}): not shards of one matrix")
+    if not records:
+        raise UsageError("no task records in the directories given")
+    out = _output_dir(args.out, "merged")
+    write_records(out / "records.jsonl", records)
+    cells: dict[tuple[str, str], int] = {}
+    for record in records:
+        cells[(record.profile, record.agent)] = cells.get((record.profile, record.agent), 0) + 1
+    meta = ReportMeta(
+        command=shlex.join(["mcpfault", *sys.argv[1:]]),
+        seed=seeds.pop() if seeds else 0,
+        tasks_per_cell=max(cells.values()),
+        wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
+        jobs=sum(int(m.get("jobs", 0)) for m in metas),
+        started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+        machine=f"{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, Python {platform.python_version()}",
+    )
+    report = write_report(records, out, meta)
+    print_summary(records, Console(width=None if sys.stdout.isatty() else 110))
+    print(f"{len(records)} tasks from {len(args.merge)} directories; report: {report}")
+    return EXIT_OK
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -44,6 +44,7 @@ class BenchConfig:
     workflows: tuple[str, ...] = WORKFLOWS
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
+    shard: tuple[int, int] | None = None  # (index, count): run only this disjoint slice of the sessions
 
 
 @dataclass(slots=True)
@@ -124,8 +125,26 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                         otlp_endpoint=config.otlp_endpoint,
                     )
                 )
+    if config.shard is not None:
+        index, shards = config.shard
+        # Sessions are numbered in one fixed order (profile, agent, session), so the N slices are
+        # disjoint, cover the matrix, and each session runs exactly as it would unsharded.
+        plans.sort(key=lambda p: (p.profile_name, p.agent, p.session))
+        plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (0 <= I < N), as Kubernetes' JOB_COMPLETION_INDEX counts from 0."""
+    try:
+        index_text, count_text = text.split("/")
+        index, count = int(index_text), int(count_text)
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: write INDEX/COUNT, e.g. 0/4 (indices count from 0)") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"--shard {text!r}: need 0 <= INDEX < COUNT, e.g. 3/4 is the last of 4 shards")
+    return index, count
 
 
 async def run_bench(
