@@ -281,3 +281,32 @@ def test_regular_file_as_stdin(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     answers = [json.loads(line) for line in result.stdout.splitlines()]
     assert answers[1]["result"]["structuredContent"]["text"] == "from a file"
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_stops_reading_gets_backpressure_not_buffering(proxy_factory):
+    proxy = proxy_factory()
+    proxy.send(INIT)
+    proxy.read_json()
+    before = rss_kib(proxy.proc.pid)
+    count, size = 800, 32 * 1024  # 25 MiB of answers the client does not read for a while
+    import threading
+
+    writer = threading.Thread(
+        target=lambda: proxy.send(b"".join(call(i, "big", size=size) for i in range(1, count + 1))), daemon=True
+    )
+    writer.start()
+    time.sleep(1.5)
+    grown_mib = (rss_kib(proxy.proc.pid) - before) / 1024
+    assert grown_mib < 8, f"the proxy buffered {grown_mib:.1f} MiB instead of pushing back"
+    ids = [proxy.read_json(timeout=30)["id"] for _ in range(count)]
+    assert ids == list(range(1, count + 1))  # nothing lost, nothing reordered
+    writer.join(10)
+    proxy.close_stdin()
+    assert proxy.wait() == 0
