@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
+import orjson
+
 from mcpfault.faults.base import Call, Delivery, Injection, PlanContext, ResponseStep
 from mcpfault.faults.profile import Profile, Rule
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
@@ -57,6 +59,7 @@ class Decision:
 
 
 PASS = Decision()
+MAX_CACHED_TOOLS = 1024
 
 
 @dataclass(slots=True)
@@ -78,7 +81,10 @@ class ResponseHistory:
 
     @staticmethod
     def key(call: Call) -> str:
-        return json.dumps([call.target, call.arguments], sort_keys=True, default=str)
+        try:
+            return orjson.dumps([call.target, call.arguments], option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:  # what orjson refuses (integers beyond 64 bits) the standard library writes
+            return json.dumps([call.target, call.arguments], sort_keys=True, default=str)
 
     def get(self, call: Call) -> tuple[bytes, ...]:
         found = self._entries.get(self.key(call))
@@ -103,6 +109,7 @@ class Engine:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self._states = [_RuleState(rule, Random(f"{profile.seed}:{rule.index}")) for rule in profile.rules]
+        self._by_tool: dict[str, list[_RuleState]] = {}
         self._handshake_rules = [s for s in self._states if s.rule.fault.handshake is not None]
         depths = [getattr(s.rule.fault, "history", 8) for s in self._states if s.rule.fault.needs_history]
         self._history = ResponseHistory(depth=max(depths)) if depths else None
@@ -127,10 +134,8 @@ class Engine:
         tool = call.target
         eligible: list[_RuleState] = []
         persistent: list[tuple[_RuleState, Injection]] = []
-        for state in self._states:
+        for state in self._states if tool is None else self._states_for(tool):
             fault, rule = state.rule.fault, state.rule
-            if tool is not None and not rule.matches_tool(tool):
-                continue
             if state.active and call.method in fault.targets | fault.follows:
                 injection = fault.plan(call, state.rng, self._context(rule))
                 if injection is not None:
@@ -167,6 +172,15 @@ class Engine:
                 chosen = (state, injection)
                 break
         return _combine(persistent, chosen)
+
+    def _states_for(self, tool: str) -> list[_RuleState]:
+        """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
+        states = self._by_tool.get(tool)
+        if states is None:
+            states = [s for s in self._states if s.rule.matches_tool(tool)]
+            if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
+                self._by_tool[tool] = states
+        return states
 
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:
         """Remember a server's successful tools/call response (what stale faults replay)."""
