@@ -17,11 +17,11 @@ from pathlib import Path
 import anyio
 
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
-from mcpfault.harness.report import AGENT_ORDER, PROFILE_ORDER
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 
