@@ -608,51 +608,25 @@ def _report(args: argparse.Namespace) -> int:
     import platform
     import shlex
 
-    from rich.console import Console
-
-    from mcpfault.analysis.records import read_records, write_records
+    from mcpfault.analysis.records import write_records
+    from mcpfault.harness.bench import merge_results
     from mcpfault.harness.report import ReportMeta, print_summary, write_report
 
-    records: list[Any] = []
-    metas: list[dict[str, Any]] = []
-    for directory in args.merge:
-        path = directory / "records.jsonl"
-        if not path.is_file():
-            raise UsageError(f"{path} does not exist; give the --out directories of bench runs")
-        try:
-            records.extend(read_records(path))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        meta_path = directory / "bench.json"
-        metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
-    seen: set[tuple[str, str, int, int]] = set()
-    for record in records:
-        key = (record.profile, record.agent, record.session, record.task_index)
-        if key in seen:
-            raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
-        seen.add(key)
-    seeds = {int(m["seed"]) for m in metas if isinstance(m.get("seed"), int)}
-    if len(seeds) > 1:
-        raise UsageError(f"the directories come from different seeds ({sorted(seeds)}): not shards of one matrix")
-    if not records:
-        raise UsageError("no task records in the directories given")
+    merged = merge_results(args.merge)
     out = _output_dir(args.out, "merged")
-    write_records(out / "records.jsonl", records)
-    cells: dict[tuple[str, str], int] = {}
-    for record in records:
-        cells[(record.profile, record.agent)] = cells.get((record.profile, record.agent), 0) + 1
+    write_records(out / "records.jsonl", merged.records)
     meta = ReportMeta(
         command=shlex.join(["mcpfault", *sys.argv[1:]]),
-        seed=seeds.pop() if seeds else 0,
-        tasks_per_cell=max(cells.values()),
-        wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
-        jobs=sum(int(m.get("jobs", 0)) for m in metas),
-        started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+        seed=merged.seed,
+        tasks_per_cell=merged.tasks_per_cell,
+        wall_s=merged.wall_s,
+        jobs=merged.jobs,
+        started_at=merged.started_at,
         machine=f"{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, Python {platform.python_version()}",
     )
-    report = write_report(records, out, meta)
-    print_summary(records, Console(width=None if sys.stdout.isatty() else 110))
-    print(f"{len(records)} tasks from {len(args.merge)} directories; report: {report}")
+    report = write_report(merged.records, out, meta)
+    print_summary(merged.records, _console())
+    print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
     return EXIT_OK
 
 

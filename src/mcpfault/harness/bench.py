@@ -8,15 +8,18 @@ the same seed gives the same faults, hence the same outcome counts (timings asid
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 
-from mcpfault.analysis.records import TaskRecord
+from mcpfault.analysis.records import TaskRecord, read_records
 from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
@@ -178,3 +181,49 @@ async def run_bench(
         if session.error:
             result.errors.append(session.error)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class MergedResults:
+    records: list[TaskRecord]
+    seed: int
+    tasks_per_cell: int
+    wall_s: float  # the slowest shard's
+    jobs: int  # summed over shards
+    started_at: str  # the earliest shard's
+
+
+def merge_results(directories: Sequence[Path]) -> MergedResults:
+    """The records of bench shards as one matrix; refuses overlapping shards and mixed seeds."""
+    records: list[TaskRecord] = []
+    metas: list[dict[str, Any]] = []
+    for directory in directories:
+        path = directory / "records.jsonl"
+        if not path.is_file():
+            raise UsageError(f"{path} does not exist; give the --out directories of bench runs")
+        try:
+            records.extend(read_records(path))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        meta_path = directory / "bench.json"
+        metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
+    seen: set[tuple[str, str, int, int]] = set()
+    for record in records:
+        key = (record.profile, record.agent, record.session, record.task_index)
+        if key in seen:
+            raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
+        seen.add(key)
+    seeds = {int(m["seed"]) for m in metas if isinstance(m.get("seed"), int)}
+    if len(seeds) > 1:
+        raise UsageError(f"the directories come from different seeds ({sorted(seeds)}): not shards of one matrix")
+    if not records:
+        raise UsageError("no task records in the directories given")
+    cells = Counter((r.profile, r.agent) for r in records)
+    return MergedResults(
+        records=records,
+        seed=seeds.pop() if seeds else 0,
+        tasks_per_cell=max(cells.values()),
+        wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
+        jobs=sum(int(m.get("jobs", 0)) for m in metas),
+        started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+    )
