@@ -241,7 +241,9 @@ def _proxy(args: argparse.Namespace) -> int:
             events = JsonlEventSink(args.events)
         except OSError as exc:
             raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
-    telemetry = _proxy_telemetry(args)
+    from mcpfault.proxy.setup import ProxyTelemetry
+
+    telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     try:
@@ -253,59 +255,6 @@ def _proxy(args: argparse.Namespace) -> int:
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr)
     return status
-
-
-@dataclasses.dataclass
-class _ProxyTelemetry:
-    observer: Any = None
-    provider: Any = None
-    server: Any = None
-
-    def close(self) -> None:
-        if self.provider is not None:
-            self.provider.shutdown()  # flushes the batch of spans still queued
-        if self.server is not None:
-            self.server.shutdown()
-
-
-def _proxy_telemetry(args: argparse.Namespace) -> _ProxyTelemetry:
-    """Spans and metrics, only when asked for: an untraced proxy imports none of it."""
-    import os
-
-    wants_env = bool(
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
-    if args.spans is None and args.otlp_endpoint is None and args.metrics_addr is None and not wants_env:
-        return _ProxyTelemetry()
-    from mcpfault import __version__ as version
-    from mcpfault.faults.catalog import CATALOG
-    from mcpfault.proxy.observe import TelemetryObserver, fault_label_sets
-    from mcpfault.telemetry import metrics
-    from mcpfault.telemetry.fastspans import SpanRecorder
-
-    result = _ProxyTelemetry()
-    if args.spans is not None or args.otlp_endpoint is not None or wants_env:
-        try:
-            result.provider = SpanRecorder(
-                "mcpfault-proxy",
-                spans_file=args.spans,
-                otlp_endpoint=args.otlp_endpoint,
-                scope_name="mcpfault.proxy",
-                scope_version=version,
-            )
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"tracing: {exc}") from None
-    proxy_metrics = None
-    if args.metrics_addr is not None:
-        types, modes = fault_label_sets(CATALOG)
-        proxy_metrics = metrics.ProxyMetrics("stdio", fault_types=types, fault_modes=modes)
-        token = os.environ.get("MCPFAULT_METRICS_TOKEN") or None
-        try:
-            result.server, _ = metrics.start_metrics_server(args.metrics_addr, proxy_metrics.registry, token=token)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"--metrics-addr {args.metrics_addr}: {exc}") from None
-    result.observer = TelemetryObserver(result.provider, proxy_metrics)
-    return result
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -409,7 +358,9 @@ def _run(args: argparse.Namespace) -> int:
         otlp_endpoint=endpoint,
     )
     console = _console()
-    live = _live_metrics(args.metrics_addr)
+    from mcpfault.harness.metrics_push import LiveMetrics
+
+    live = LiveMetrics.start(args.metrics_addr)
     try:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
@@ -480,7 +431,9 @@ def _bench(args: argparse.Namespace) -> int:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     total = len(config.profiles) * len(agents) * args.tasks
     columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
-    live = _live_metrics(args.metrics_addr)
+    from mcpfault.harness.metrics_push import LiveMetrics
+
+    live = LiveMetrics.start(args.metrics_addr)
     try:
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("bench", total=total)
@@ -522,40 +475,6 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if result.errors or not pushed else EXIT_OK
 
 
-class _LiveMetrics:
-    """Task metrics on /metrics while a run or bench goes on (updated as each session is judged)."""
-
-    def __init__(self, metrics: Any = None, server: Any = None) -> None:
-        self._metrics = metrics
-        self._server = server
-
-    def record(self, records: Any) -> None:
-        if self._metrics is not None:
-            from mcpfault.harness.metrics_push import record_bench_metrics
-
-            trace_ids = {(r.profile, r.agent, r.session, r.task_index): r.trace_id for r in records if r.trace_id}
-            record_bench_metrics(records, self._metrics, trace_ids=trace_ids)
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-
-
-def _live_metrics(addr: str | None) -> _LiveMetrics:
-    if addr is None:
-        return _LiveMetrics()
-    import os
-
-    from mcpfault.telemetry.metrics import HarnessMetrics, start_metrics_server
-
-    metrics = HarnessMetrics()
-    try:
-        server, _ = start_metrics_server(addr, metrics.registry, token=os.environ.get("MCPFAULT_METRICS_TOKEN") or None)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--metrics-addr {addr}: {exc}") from None
-    return _LiveMetrics(metrics, server)
-
-
 def _check_pushgateway(url: str | None) -> None:
     if url is None:
         return
@@ -571,11 +490,10 @@ def _push(url: str | None, records: Any, out: Path, command: str) -> bool:
     """Push the run's metrics; the results on disk stay either way. False when the push failed."""
     if url is None or not records:
         return True
-    from mcpfault.harness.metrics_push import push_bench_metrics
+    from mcpfault.harness.metrics_push import push_bench_metrics, trace_ids_of
 
-    trace_ids = {(r.profile, r.agent, r.session, r.task_index): r.trace_id for r in records if r.trace_id}
     try:
-        push_bench_metrics(records, url, grouping={"run": out.name}, trace_ids=trace_ids)
+        push_bench_metrics(records, url, grouping={"run": out.name}, trace_ids=trace_ids_of(records))
     except OSError as exc:
         print(f"mcpfault {command}: {exc}; the results are in {out}/", file=sys.stderr)
         return False

@@ -16,8 +16,10 @@ Series (names in ``telemetry.names``):
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from mcpfault.analysis.records import TaskRecord
@@ -40,6 +42,11 @@ def check_pushgateway_url(url: str) -> str:
             "give e.g. http://127.0.0.1:9091"
         )
     return url
+
+
+def trace_ids_of(records: Iterable[TaskRecord]) -> dict[TaskKey, str]:
+    """Each task's trace id, for exemplars."""
+    return {task_key(r): r.trace_id for r in records if r.trace_id}
 
 
 def task_key(record: TaskRecord) -> TaskKey:
@@ -93,3 +100,34 @@ def push_bench_metrics(
     except OSError as exc:
         shown = _USERINFO.sub("//***@", url)
         raise OSError(f"cannot push metrics to the Pushgateway at {shown}: {exc}; is it running there?") from exc
+
+
+class LiveMetrics:
+    """Task metrics on /metrics while a run or bench goes on, updated as each session is judged."""
+
+    def __init__(self, metrics: HarnessMetrics | None = None, server: Any = None) -> None:
+        self._metrics = metrics
+        self._server = server
+
+    @classmethod
+    def start(cls, addr: str | None) -> LiveMetrics:
+        if addr is None:
+            return cls()
+        from mcpfault.errors import UsageError
+        from mcpfault.telemetry.metrics import start_metrics_server
+
+        metrics = HarnessMetrics()
+        token = os.environ.get("MCPFAULT_METRICS_TOKEN") or None
+        try:
+            server, _ = start_metrics_server(addr, metrics.registry, token=token)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"--metrics-addr {addr}: {exc}") from None
+        return cls(metrics, server)
+
+    def record(self, records: Sequence[TaskRecord]) -> None:
+        if self._metrics is not None:
+            record_bench_metrics(records, self._metrics, trace_ids=trace_ids_of(records))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
