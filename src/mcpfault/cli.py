@@ -88,6 +88,29 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
     )
+    http = proxy.add_argument_group(
+        "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
+    )
+    http.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve the MCP endpoint here (beyond loopback only with MCPFAULT_PROXY_TOKEN set)",
+    )
+    http.add_argument("--upstream", metavar="URL", help="the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp")
+    http.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request body accepted; more is answered 413 (default 16 MiB)",
+    )
+    http.add_argument(
+        "--hold",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long a request whose answer a fault lost stays open before the proxy closes it (default 300)",
+    )
     _logging_options(proxy)
     proxy.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_COMMAND [ARGS...]")
     proxy.set_defaults(handler=_proxy)
@@ -218,7 +241,7 @@ def _proxy(args: argparse.Namespace) -> int:
     import anyio
 
     from mcpfault.faults import profile
-    from mcpfault.faults.engine import Engine
+    from mcpfault.faults.engine import Engine, rules_not_carried
     from mcpfault.proxy import summary
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.events import EventSink, JsonlEventSink
@@ -227,6 +250,8 @@ def _proxy(args: argparse.Namespace) -> int:
 
     configure(args.log_level, args.log_format)
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
+    if args.listen is not None or args.upstream is not None:
+        return _proxy_http(args, command)
     if not command:
         raise UsageError("no server command; put it after '--', e.g. mcpfault proxy -c P.toml -- mcpfault mock-server")
     if args.shutdown_timeout < 0:
@@ -235,6 +260,8 @@ def _proxy(args: argparse.Namespace) -> int:
     if args.seed is not None:
         loaded = dataclasses.replace(loaded, seed=args.seed)
     engine = Engine(loaded)
+    for rule in rules_not_carried(loaded, "stdio"):
+        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
     events: EventSink | None = None
     if args.events is not None:
         try:
@@ -254,6 +281,72 @@ def _proxy(args: argparse.Namespace) -> int:
         telemetry.close()
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr)
+    return status
+
+
+def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
+    import os
+
+    import anyio
+
+    from mcpfault.faults import profile
+    from mcpfault.proxy import http, summary
+    from mcpfault.proxy.events import EventSink, JsonlEventSink
+    from mcpfault.proxy.http_sessions import Sessions
+    from mcpfault.proxy.setup import ProxyTelemetry
+    from mcpfault.telemetry import names
+
+    if args.listen is None:
+        raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
+    listen = http.parse_listen(args.listen)
+    if command:
+        raise UsageError("--listen in front of a stdio server command is not supported yet; give --upstream URL")
+    if args.upstream is None:
+        raise UsageError("--listen needs --upstream URL, the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp")
+    upstream = http.parse_upstream(args.upstream)
+    if args.max_body_bytes < 1:
+        raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
+    if args.hold < 0:
+        raise UsageError(f"--hold {args.hold} is negative; give seconds >= 0")
+    token = os.environ.get("MCPFAULT_PROXY_TOKEN") or None
+    if not listen.loopback and token is None:
+        raise UsageError(
+            f"--listen {args.listen} is beyond loopback: set MCPFAULT_PROXY_TOKEN and have clients send it "
+            f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
+        )
+    loaded = profile.load(args.config)
+    if args.seed is not None:
+        loaded = dataclasses.replace(loaded, seed=args.seed)
+    events: EventSink | None = None
+    if args.events is not None:
+        try:
+            events = JsonlEventSink(args.events)
+        except OSError as exc:
+            raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
+    attributes = {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
+    telemetry = ProxyTelemetry.start(
+        spans=args.spans,
+        otlp_endpoint=args.otlp_endpoint,
+        metrics_addr=args.metrics_addr,
+        transport=names.TRANSPORT_HTTP,
+        attributes=attributes,
+    )
+    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
+    limits = http.Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
+    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
+
+    def announce(url: str) -> None:
+        print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
+        sys.stderr.flush()
+
+    try:
+        status = anyio.run(http.serve, proxy, listen, announce)
+    finally:
+        if events is not None:
+            events.close()
+        telemetry.close()
+    if not args.no_summary:
+        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
     return status
 
 

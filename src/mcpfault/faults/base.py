@@ -8,6 +8,7 @@ data and a seeded RNG, never a clock, a file or a socket.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,37 @@ class Delivery:
 # A step turns the bytes of a response into what is delivered instead. Steps chain.
 ResponseStep = Callable[[bytes], Delivery]
 
+STDIO = "stdio"
+HTTP = "http"
+EVERY_TRANSPORT = frozenset({STDIO, HTTP})
+
+
+class HttpFailure(enum.Enum):
+    """A failure of the HTTP exchange itself, below JSON-RPC."""
+
+    STATUS = "status"  # an HTTP error status instead of an answer; the server never sees the request
+    SESSION_EXPIRED = "session_expired"  # 404 for the session id, as a server that forgot it answers
+    RESET = "reset"  # the connection closes with no response at all
+    STREAM_CUT = "stream_cut"  # the SSE stream closes before the response event
+    FIRST_BYTE = "first_byte"  # nothing at all (headers included) reaches the client for a while
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAction:
+    """What an HTTP transport does to one exchange; the JSON-RPC core only records it."""
+
+    failure: HttpFailure
+    status: int = 0
+    headers: tuple[tuple[str, str], ...] = ()
+    upstream: bool = True  # whether the server gets the request (and acts on it) first
+    after_events: int = 0  # stream_cut: events relayed before the cut
+    delay_s: float = 0.0  # first_byte: how long the client waits for anything
+
+    @property
+    def received(self) -> str:
+        """What the client got, in the vocabulary of events and spans."""
+        return "http_error" if self.failure is HttpFailure.STATUS else self.failure.value
+
 
 @dataclass(frozen=True, slots=True)
 class Injection:
@@ -75,6 +107,7 @@ class Injection:
     - ``upstream_request``: forward this body instead of the client's bytes.
     - ``response``: transform the server's response (or the reply) on its way back.
     - ``notify``: notifications sent to the client right away.
+    - ``http``: a failure of the HTTP exchange (HTTP transports only: see ``Fault.transports``).
     """
 
     mode: str
@@ -82,6 +115,7 @@ class Injection:
     upstream_request: Mapping[str, Any] | None = None
     response: ResponseStep | None = None
     notify: tuple[Mapping[str, Any], ...] = ()
+    http: HttpAction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +126,7 @@ class PlanContext:
     matches_tool: Callable[[str], bool]
     history: Callable[[Call], tuple[bytes, ...]] = field(default=lambda _call: ())
     activating: bool = False  # a persistent fault is firing for the first time
+    in_session: bool = False  # the request belongs to a session (an HTTP Mcp-Session-Id)
 
 
 @runtime_checkable
@@ -99,13 +134,15 @@ class Fault(Protocol):
     """One fault type: a frozen dataclass of settings plus ``plan``.
 
     ``type_name`` is the name profiles use; ``MODES`` are the modes it reports; ``targets`` are the
-    methods on which a rule of this type can fire. A ``persistent`` fault stays in force after it
+    methods on which a rule of this type can fire, ``transports`` the transports that can carry it out
+    (a rule whose fault needs HTTP never fires behind the stdio proxy). A ``persistent`` fault stays in force after it
     first fires and is planned for every later matching request, including those in ``follows``.
     """
 
     type_name: ClassVar[str]
     MODES: ClassVar[tuple[str, ...]]
     targets: ClassVar[frozenset[str]]
+    transports: ClassVar[frozenset[str]]
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
     needs_history: ClassVar[bool]  # the engine keeps earlier responses for ctx.history
@@ -126,6 +163,7 @@ class FaultBase:
     """Defaults for the optional parts of the contract."""
 
     targets: ClassVar[frozenset[str]] = TOOLS_CALL
+    transports: ClassVar[frozenset[str]] = EVERY_TRANSPORT
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
     needs_history: ClassVar[bool] = False

@@ -6,6 +6,11 @@ from collections.abc import Iterator
 
 from mcpfault.faults.base import Fault
 from mcpfault.faults.error import Error
+from mcpfault.faults.http_first_byte import FirstByteLatency
+from mcpfault.faults.http_reset import Reset
+from mcpfault.faults.http_session_expired import SessionExpired
+from mcpfault.faults.http_status import HttpStatus
+from mcpfault.faults.http_stream_cut import StreamCut
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.malformed import Malformed
 from mcpfault.faults.schema_drift import SchemaDrift
@@ -38,5 +43,17 @@ class Catalog:
 
 
 CATALOG = Catalog()
-for _fault_type in (Timeout, Latency, Error, Malformed, SchemaDrift, Stale):
+for _fault_type in (
+    Timeout,
+    Latency,
+    Error,
+    Malformed,
+    SchemaDrift,
+    Stale,
+    HttpStatus,
+    Reset,
+    StreamCut,
+    SessionExpired,
+    FirstByteLatency,
+):
     CATALOG.register(_fault_type)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from mcpfault.faults.base import Call, Delivery, Injection, PlanContext, ResponseStep
+from mcpfault.faults.base import STDIO, Call, Delivery, HttpAction, HttpFailure, Injection, PlanContext, ResponseStep
 from mcpfault.faults.profile import Profile, Rule
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
 
@@ -41,10 +41,17 @@ class Decision:
     upstream_request: Mapping[str, Any] | None = None
     steps: tuple[ResponseStep, ...] = ()
     notify: tuple[Mapping[str, Any], ...] = ()
+    http: HttpAction | None = None
 
     @property
     def contacts_upstream(self) -> bool:
-        return self.reply is None
+        return self.reply is None and (self.http is None or self.http.upstream)
+
+    @property
+    def added_delay_s(self) -> float:
+        """Delay the transport adds before the first byte (not part of ``deliver``)."""
+        http = self.http
+        return http.delay_s if http is not None and http.failure is HttpFailure.FIRST_BYTE else 0.0
 
     def deliver(self, data: bytes) -> Delivery:
         """Run ``data`` (the server's response, or the reply) through every response step."""
@@ -106,9 +113,21 @@ class ResponseHistory:
 
 
 class Engine:
-    def __init__(self, profile: Profile) -> None:
+    """Decisions for one stream of requests (a stdio connection, an HTTP session).
+
+    Rules whose fault the ``transport`` cannot carry out are left out; since every rule has its
+    own RNG, the others decide exactly as they would with them.
+    """
+
+    def __init__(self, profile: Profile, *, transport: str = STDIO, in_session: bool = False) -> None:
         self.profile = profile
-        self._states = [_RuleState(rule, Random(f"{profile.seed}:{rule.index}")) for rule in profile.rules]
+        self.transport = transport
+        self._in_session = in_session
+        self._states = [
+            _RuleState(rule, Random(f"{profile.seed}:{rule.index}"))
+            for rule in profile.rules
+            if transport in rule.fault.transports
+        ]
         self._by_tool: dict[str, list[_RuleState]] = {}
         self._handshake_rules = [s for s in self._states if s.rule.fault.handshake is not None]
         depths = [getattr(s.rule.fault, "history", 8) for s in self._states if s.rule.fault.needs_history]
@@ -201,7 +220,7 @@ class Engine:
 
     def _context(self, rule: Rule, *, activating: bool = False) -> PlanContext:
         history = self._history.get if self._history is not None else (lambda _call: ())
-        return PlanContext(rule.name, rule.matches_tool, history, activating)
+        return PlanContext(rule.name, rule.matches_tool, history, activating, self._in_session)
 
     @staticmethod
     def _roll(state: _RuleState) -> bool:
@@ -211,6 +230,11 @@ class Engine:
     def counters(self) -> list[tuple[str, int, int]]:
         """(rule, matched, injected) for each rule."""
         return [(s.rule.name, s.matched, s.injected) for s in self._states]
+
+
+def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:
+    """The rules of ``profile`` that never fire on ``transport`` (an HTTP fault behind stdio)."""
+    return [rule for rule in profile.rules if transport not in rule.fault.transports]
 
 
 def _combine(persistent: list[tuple[_RuleState, Injection]], chosen: tuple[_RuleState, Injection] | None) -> Decision:
@@ -223,4 +247,5 @@ def _combine(persistent: list[tuple[_RuleState, Injection]], chosen: tuple[_Rule
     # The server's (or the stale cache's) answer gets the drift's names first, then the chosen fault.
     steps = tuple(i.response for _, i in parts if i.response is not None)
     notify = tuple(n for _, i in parts for n in i.notify)
-    return Decision(applied=applied, reply=reply, upstream_request=upstream, steps=steps, notify=notify)
+    http = next((i.http for _, i in parts if i.http is not None), None)
+    return Decision(applied=applied, reply=reply, upstream_request=upstream, steps=steps, notify=notify, http=http)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
-from mcpfault.faults.base import Call, Delivery
+from mcpfault.faults.base import Call, Delivery, HttpAction, HttpFailure
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
@@ -32,6 +32,10 @@ log = structlog.get_logger("mcpfault.proxy")
 MAX_OBSERVED_SERVER_REQUESTS = 4096
 
 
+# Endings after which the proxy's own handling time means nothing: no answer was relayed.
+_UNTIMED = frozenset({"upstream_exited", "cancelled", "upstream_unreachable", "reset", "stream_cut"})
+
+
 class To(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
@@ -43,6 +47,7 @@ class Emit(NamedTuple):
     to: To
     data: bytes
     delay_s: float = 0.0
+    http: HttpAction | None = None  # a failure of the HTTP exchange this belongs to (HTTP transports)
 
 
 class InFlight(NamedTuple):
@@ -110,10 +115,13 @@ class ProxyCore:
         observers: Sequence[RequestObserver] = (),
         propagate: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        stats: Stats | None = None,
+        era: EraTracker | None = None,
     ) -> None:
         self.engine = engine
-        self.era = EraTracker()
-        self.stats = Stats()
+        # Shared when one proxy runs several cores (one per HTTP session or exchange).
+        self.era = era if era is not None else EraTracker()
+        self.stats = stats if stats is not None else Stats()
         self._events = events
         self._observers = tuple(observers)
         self._response_arrived = 0.0
@@ -157,6 +165,11 @@ class ProxyCore:
         started = self._clock()
         tokens = tuple(o.started(call, decision, started) for o in self._observers)
         pending = InFlight(body, decision, started, tokens, parsed=call)
+        http = decision.http
+        if http is not None and not http.upstream:
+            self._record(pending, Delivery(None), upstream_contacted=False, received=http.received)
+            emits.append(Emit(To.CLIENT, b"", http=http))
+            return emits
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
             self._record(pending, delivery, upstream_contacted=False)
@@ -167,7 +180,7 @@ class ProxyCore:
         if self._propagate:
             upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
         upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
-        emits.append(Emit(To.SERVER, upstream))
+        emits.append(Emit(To.SERVER, upstream, http=http))
         self._track(pending._replace(handled_s=self._clock() - started))
         return emits
 
@@ -254,6 +267,9 @@ class ProxyCore:
             self.era.observe_handshake_result(call.method, body.get("result"))
         if self._watch_responses:
             self.engine.observe_response(call, line, body)
+        if decision.http is not None and decision.http.failure is HttpFailure.RESET:
+            self._record(pending, Delivery(None), upstream_contacted=True, received=decision.http.received)
+            return []  # the server acted; the connection drops before its answer leaves
         if not decision.steps:
             if decision.applied or self._events is not None or self._observers:
                 self._record(pending, Delivery(line), upstream_contacted=True, body=body)
@@ -296,6 +312,27 @@ class ProxyCore:
         self.stats.unanswered_at_exit = len(emits)
         return emits
 
+    def end(
+        self,
+        request_id: Any,
+        received: str,
+        *,
+        reply: bytes | None = None,
+        error_code: int | None = None,
+        upstream_contacted: bool = True,
+    ) -> bool:
+        """End one request the transport gave up on: the stream was cut, the client left, the upstream
+        could not be reached (``reply``: what the client gets instead). False when it was not in flight."""
+        if not jsonrpc.valid_id(request_id):
+            return False
+        pending = self._untrack(jsonrpc.id_key(request_id))
+        if pending is None:
+            return False
+        self._record(
+            pending, Delivery(reply), upstream_contacted=upstream_contacted, received=received, error_code=error_code
+        )
+        return True
+
     @property
     def in_flight(self) -> int:
         return len(self._in_flight) + sum(len(q) for q in self._reused.values())
@@ -310,6 +347,7 @@ class ProxyCore:
         upstream_contacted: bool,
         body: dict[str, Any] | None = None,
         received: str | None = None,
+        error_code: int | None = None,
         event: bool = True,
     ) -> None:
         decision, call = pending.decision, pending.call
@@ -317,13 +355,14 @@ class ProxyCore:
             received, error_code = classify(b"", call.request_id, body)  # the client's answer, already parsed
         elif received is None:
             received, error_code = classify(delivery.data, call.request_id, body)
-        else:
-            error_code = jsonrpc.UPSTREAM_UNAVAILABLE if received == "upstream_exited" else None
+        elif received == "upstream_exited":
+            error_code = jsonrpc.UPSTREAM_UNAVAILABLE
+        delay_s = delivery.delay_s + decision.added_delay_s
         if decision.applied:
             self.stats.received[received] += 1
         if self._observers:
             now = self._clock()
-            if received in ("upstream_exited", "cancelled"):
+            if received in _UNTIMED:
                 added_s: float | None = None
             elif upstream_contacted:
                 added_s = pending.handled_s + (now - self._response_arrived)
@@ -337,7 +376,7 @@ class ProxyCore:
                 received,
                 error_code,
                 upstream_contacted,
-                delivery.delay_s,
+                delay_s,
                 self.era.protocol_version,
                 added_s,
             )
@@ -365,8 +404,8 @@ class ProxyCore:
             record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
         if error_code is not None:
             record["error_code"] = error_code
-        if delivery.delay_s:
-            record["delay_s"] = round(delivery.delay_s, 6)
+        if delay_s:
+            record["delay_s"] = round(delay_s, 6)
         self._events.write(record)
 
     def _opaque(self, to: To, line: bytes, why: str) -> None:

@@ -10,7 +10,7 @@ spans nest under it (``--no-propagate`` keeps the bytes as they were).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -30,7 +30,12 @@ _FAULT_EVENTS = {
     "malformed": names.EVENT_CORRUPT,
     "stale": names.EVENT_STALE_HIT,
     "schema_drift": names.EVENT_DRIFT,
+    "first_byte_latency": names.EVENT_DELAY,
 }
+
+
+# What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
+_HTTP_FAILURES = frozenset({"http_error", "reset", "stream_cut", "session_expired", "upstream_unreachable"})
 
 
 class _Clock:
@@ -52,10 +57,13 @@ class TelemetryObserver:
         metrics: ProxyMetrics | None,
         *,
         transport: str = names.NETWORK_TRANSPORT_PIPE,
+        attributes: Mapping[str, Any] | None = None,
     ) -> None:
         self._recorder = recorder
         self._metrics = metrics
         self._transport = transport
+        # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
+        self._attributes = dict(attributes) if attributes else None
         self._clock = _Clock()
 
     def started(
@@ -72,6 +80,8 @@ class TelemetryObserver:
             names.NETWORK_TRANSPORT: self._transport,
             names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT if from_server else names.DIRECTION_CLIENT_TO_SERVER,
         }
+        if self._attributes is not None:
+            attributes.update(self._attributes)
         tool = call.target if call.method == "tools/call" else None
         if tool is not None:
             attributes[names.GEN_AI_TOOL_NAME] = tool
@@ -165,6 +175,8 @@ def _error_type(outcome: Finished) -> str | None:
         return names.ERROR_TYPE_TOOL_ERROR
     if outcome.received in ("nothing", "malformed"):
         return names.OTHER
+    if outcome.received in _HTTP_FAILURES:
+        return outcome.received
     return None
 
 

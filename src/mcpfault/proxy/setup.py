@@ -7,6 +7,7 @@ prometheus_client at start-up.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,18 @@ class ProxyTelemetry:
     observer: Any = None  # a proxy.observe.TelemetryObserver, or None: the core observes nothing
     recorder: Any = None
     server: Any = None
+    _observer_args: tuple[Any, str, dict[str, Any]] = (None, "", {})
 
     @classmethod
-    def start(cls, *, spans: Path | None, otlp_endpoint: str | None, metrics_addr: str | None) -> ProxyTelemetry:
+    def start(
+        cls,
+        *,
+        spans: Path | None,
+        otlp_endpoint: str | None,
+        metrics_addr: str | None,
+        transport: str = "stdio",
+        attributes: Mapping[str, Any] | None = None,
+    ) -> ProxyTelemetry:
         traced = (
             spans is not None or otlp_endpoint is not None or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES)
         )
@@ -32,7 +42,7 @@ class ProxyTelemetry:
         from mcpfault import __version__
         from mcpfault.faults.catalog import CATALOG
         from mcpfault.proxy.observe import TelemetryObserver, fault_label_sets
-        from mcpfault.telemetry import metrics
+        from mcpfault.telemetry import metrics, names
         from mcpfault.telemetry.fastspans import SpanRecorder
 
         result = cls()
@@ -50,14 +60,29 @@ class ProxyTelemetry:
         proxy_metrics = None
         if metrics_addr is not None:
             types, modes = fault_label_sets(CATALOG)
-            proxy_metrics = metrics.ProxyMetrics("stdio", fault_types=types, fault_modes=modes)
+            proxy_metrics = metrics.ProxyMetrics(transport, fault_types=types, fault_modes=modes)
             token = os.environ.get("MCPFAULT_METRICS_TOKEN") or None
             try:
                 result.server, _ = metrics.start_metrics_server(metrics_addr, proxy_metrics.registry, token=token)
             except (ValueError, OSError) as exc:
                 raise UsageError(f"--metrics-addr {metrics_addr}: {exc}") from None
-        result.observer = TelemetryObserver(result.recorder, proxy_metrics)
+        network = names.NETWORK_TRANSPORT_TCP if transport == "http" else names.NETWORK_TRANSPORT_PIPE
+        result.observer = TelemetryObserver(result.recorder, proxy_metrics, transport=network, attributes=attributes)
+        result._observer_args = (proxy_metrics, network, dict(attributes or {}))
         return result
+
+    def observers_for(self, session_id: str | None) -> list[Any]:
+        """The observers of one HTTP session's requests: its spans carry ``mcp.session.id``."""
+        if self.observer is None:
+            return []
+        if session_id is None or self.recorder is None:
+            return [self.observer]
+        from mcpfault.proxy.observe import TelemetryObserver
+        from mcpfault.telemetry import names
+
+        proxy_metrics, network, attributes = self._observer_args
+        attributes = {**attributes, names.MCP_SESSION_ID: session_id}
+        return [TelemetryObserver(self.recorder, proxy_metrics, transport=network, attributes=attributes)]
 
     def close(self) -> None:
         if self.recorder is not None:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Protocol, TextIO
 
-from mcpfault.faults.engine import Engine
+from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
 from mcpfault.proxy.core import Stats
 
 
-def render(stats: Stats, engine: Engine, era: EraTracker, out: TextIO) -> None:
+class Decider(Protocol):
+    """An engine, or the engines of every HTTP session together."""
+
+    @property
+    def profile(self) -> Profile: ...
+
+    def counters(self) -> list[tuple[str, int, int]]: ...
+
+
+def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -1,0 +1,28 @@
+"""first_byte_latency: the client waits before the first byte of the response, headers included.
+
+Unlike ``latency``, which holds the answer, this holds everything: a streamed response's progress
+notifications wait too, as behind a slow gateway or a cold start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from random import Random
+from typing import ClassVar
+
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.settings import bounded
+
+
+@dataclass(frozen=True, slots=True)
+class FirstByteLatency(FaultBase):
+    type_name: ClassVar[str] = "first_byte_latency"
+    MODES: ClassVar[tuple[str, ...]] = ("delay",)
+    transports: ClassVar[frozenset[str]] = frozenset({HTTP})
+
+    delay_s: float = bounded(1.0, min=0.0, max=3600.0)
+    jitter_s: float = bounded(0.0, min=0.0, max=3600.0)
+
+    def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
+        delay_s = self.delay_s + rng.uniform(0.0, self.jitter_s)
+        return Injection("delay", http=HttpAction(HttpFailure.FIRST_BYTE, delay_s=delay_s))

@@ -1,0 +1,25 @@
+"""session_expired: 404 for a live session id, as a server that lost its sessions answers.
+
+The server never sees the request; a 2025-11-25 client MUST start a new session with
+``initialize``. Requests without a session id (the 2026-07-28 era) are not eligible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from random import Random
+from typing import ClassVar
+
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+
+
+@dataclass(frozen=True, slots=True)
+class SessionExpired(FaultBase):
+    type_name: ClassVar[str] = "session_expired"
+    MODES: ClassVar[tuple[str, ...]] = ("not_found",)
+    transports: ClassVar[frozenset[str]] = frozenset({HTTP})
+
+    def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
+        if not ctx.in_session:
+            return None
+        return Injection("not_found", http=HttpAction(HttpFailure.SESSION_EXPIRED, status=404, upstream=False))

@@ -1,0 +1,27 @@
+"""stream_cut: the response's SSE stream closes after ``after_events`` events, before the answer.
+
+The server acts; what it sent before its answer (progress, log messages) gets through up to the
+cut. A JSON answer is sent as an event stream so that it can be cut. Events carry no id, so a
+client cannot resume: in the 2026-07-28 era it must re-issue the request, as the specification says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from random import Random
+from typing import ClassVar
+
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.settings import bounded
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCut(FaultBase):
+    type_name: ClassVar[str] = "stream_cut"
+    MODES: ClassVar[tuple[str, ...]] = ("cut",)
+    transports: ClassVar[frozenset[str]] = frozenset({HTTP})
+
+    after_events: int = bounded(0, min=0, max=1_000_000)
+
+    def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
+        return Injection("cut", http=HttpAction(HttpFailure.STREAM_CUT, after_events=self.after_events))

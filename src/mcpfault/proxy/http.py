@@ -1,0 +1,548 @@
+"""The Streamable HTTP transport: a reverse proxy in front of an MCP server's HTTP endpoint.
+
+Each POST carries one JSON-RPC message; the core (one per session, or one per request outside a
+session: see http_sessions.py) decides what happens to it, and this module carries that out over
+HTTP: it forwards the request upstream over a pooled connection, and relays the answer, a JSON
+body or an SSE stream event by event as it arrives (an event the core leaves alone crosses byte
+for byte). HTTP-level faults (``HttpAction``) are carried out here: a status instead of an answer,
+a dropped connection, a stream cut before the answer, a 404 for a live session, a held first byte.
+
+GET (the server's own SSE stream) and DELETE on the MCP endpoint, and anything on other paths,
+are relayed as they are; events on the GET stream still pass the session's core. aiohttp runs both
+sides: its server cancels a handler whose client went away, which closes the upstream request
+(in the 2026-07-28 era, closing the stream is how a request is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from mcpfault.errors import UsageError
+from mcpfault.faults.base import HttpAction, HttpFailure
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy import sse
+from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.http_sessions import Sessions
+
+log = structlog.get_logger("mcpfault.proxy")
+
+SESSION_HEADER = "Mcp-Session-Id"
+TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
+# RFC 9110 7.6.1, plus what the proxy sets itself.
+_NOT_FORWARDED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        TOKEN_HEADER.lower(),
+    }
+)
+_NOT_RELAYED = frozenset({*_NOT_FORWARDED, "date", "server"})
+_SSE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 16 * 1024 * 1024  # a client's request body; more gets 413
+    max_response_bytes: int = 64 * 1024 * 1024  # an upstream JSON body or one SSE event; more gets 502
+    connect_timeout_s: float = 10.0
+    hold_s: float = 300.0  # how long a request whose answer a fault lost stays open before the proxy closes it
+    max_connections: int = 256  # pooled connections to the upstream
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_listen(value: str) -> ListenAddress:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) or a bare ``PORT`` on 127.0.0.1."""
+    text = value.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "127.0.0.1", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise UsageError(f"--listen {value!r}: expected HOST:PORT with a port 0-65535, e.g. 127.0.0.1:8080")
+    return ListenAddress(host, int(port_text))
+
+
+def parse_upstream(value: str) -> URL:
+    """An http(s) URL with a host: the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp."""
+    try:
+        url = URL(value.strip())
+    except ValueError as exc:
+        raise UsageError(f"--upstream {value!r}: not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UsageError(
+            f"--upstream {value!r}: expected an http:// or https:// URL with a host, e.g. http://127.0.0.1:3000/mcp"
+        )
+    if url.user or url.password:
+        raise UsageError(
+            "--upstream: put credentials in headers the client sends, not in the URL (they would be logged)"
+        )
+    return url
+
+
+class HttpProxy:
+    def __init__(
+        self,
+        sessions: Sessions,
+        upstream: URL,
+        *,
+        limits: Limits = Limits(),
+        token: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._upstream = upstream
+        self._mcp_path = upstream.path or "/"
+        self._limits = limits
+        self._token = token.encode() if token else None
+        self._client: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    @property
+    def upstream_label(self) -> str:
+        return str(self._upstream.with_query(None))
+
+    async def start(self, listen: ListenAddress) -> str:
+        """Listen; return the proxy's MCP endpoint URL (with the real port when ``listen.port`` is 0)."""
+        if not listen.loopback and self._token is None:
+            raise UsageError(
+                f"--listen {listen.host}:{listen.port} is beyond loopback: set MCPFAULT_PROXY_TOKEN, "
+                f"and have clients send it in the {TOKEN_HEADER} header"
+            )
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._limits.max_connections),
+            timeout=aiohttp.ClientTimeout(total=None, connect=self._limits.connect_timeout_s),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+        app = web.Application(client_max_size=self._limits.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, listen.host, listen.port, shutdown_timeout=1.0)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.close()
+            raise UsageError(f"--listen {listen.host}:{listen.port}: cannot listen ({exc.strerror})") from None
+        port = listen.port
+        for address in self._runner.addresses:  # the port the system chose when asked for 0
+            port = address[1] if isinstance(address, tuple) else port
+        host = f"[{listen.host}]" if ":" in listen.host else listen.host
+        self.url = f"http://{host}:{port}{self._mcp_path}"
+        return self.url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if self._token is not None:
+            given = request.headers.get(TOKEN_HEADER, "").encode()
+            if not hmac.compare_digest(given, self._token):
+                return _error_response(401, None, f"mcpfault: missing or wrong {TOKEN_HEADER} header")
+        if request.path == self._mcp_path and request.method == "POST":
+            return await self._post(request)
+        session_id = request.headers.get(SESSION_HEADER)
+        core = self._sessions.session(session_id).core if session_id and request.path == self._mcp_path else None
+        response = await self._relay(request, core)
+        if session_id and request.method == "DELETE" and response.status < 300:
+            self._sessions.forget(session_id)
+        return response
+
+    # -- POST: one JSON-RPC message -------------------------------------------------------------
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            return _error_response(
+                413,
+                None,
+                f"mcpfault: the request body is larger than {self._limits.max_body_bytes} bytes "
+                f"({exc.text or 'too large'}); send less, or start the proxy with a larger --max-body-bytes",
+            )
+        session_id = request.headers.get(SESSION_HEADER)
+        core = self._sessions.session(session_id).core if session_id else self._sessions.exchange_core()
+        try:
+            emits = core.from_client(body)
+        except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
+            log.exception("the proxy core failed on a request; relaying it untouched")
+            emits = [Emit(To.SERVER, body)]
+        upstream = next((e for e in emits if e.to is To.SERVER), None)
+        to_client = [e for e in emits if e.to is To.CLIENT]
+        exchange = _Exchange(request, core, body, session_id, self._limits)
+        try:
+            if upstream is None:
+                return await exchange.answer_locally(to_client)
+            return await self._forward(exchange, upstream, to_client)
+        except asyncio.CancelledError:
+            core.end(exchange.request_id, "cancelled")  # the client went away: nothing more to tell it
+            raise
+        finally:
+            if session_id is None and core.in_flight:
+                # Outside a session nothing can resume this stream: its answer is gone for good.
+                core.end(exchange.request_id, "nothing")
+
+    async def _forward(self, exchange: _Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
+        assert self._client is not None
+        request = exchange.request
+        try:
+            answer = await self._client.post(self._upstream, data=upstream.data, headers=_forwarded(request.headers))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return self._unreachable(exchange, exc)
+        try:
+            response = await self._relay_answer(exchange, answer, upstream.http, notes)
+        except BaseException:
+            answer.close()  # closing the upstream request is how a client's cancellation reaches the server
+            raise
+        answer.release()
+        return response
+
+    async def _relay_answer(
+        self, exchange: _Exchange, answer: aiohttp.ClientResponse, action: HttpAction | None, notes: list[Emit]
+    ) -> web.StreamResponse:
+        core, status = exchange.core, answer.status
+        new_session = answer.headers.get(SESSION_HEADER)
+        if exchange.session_id is None and new_session and status < 300:
+            self._sessions.session(new_session, era=core.era)
+        if exchange.session_id is not None and status == 404:
+            self._sessions.forget(exchange.session_id)
+        self._sessions.learned(core.era)
+        content_type = answer.headers.get("Content-Type", "").lower()
+        if status >= 300 or (status != 200 and exchange.request_id is None):
+            # Not an answer to judge (202 for a notification, a 4xx or 5xx): relayed as it came.
+            data = await _read_limited(answer, self._limits.max_response_bytes)
+            if exchange.request_id is not None:
+                if content_type.startswith("application/json"):
+                    core.from_server(data)  # a JSON-RPC error in the body ends the request the usual way
+                core.end(exchange.request_id, "http_error")
+            return web.Response(status=status, headers=_relayed(answer.headers), body=data)
+        if content_type.startswith(_SSE):
+            return await exchange.relay_stream(answer, action, notes)
+        if content_type.startswith("application/json") or exchange.request_id is None:
+            try:
+                data = await _read_limited(answer, self._limits.max_response_bytes)
+            except ValueError as exc:
+                return exchange.bad_gateway(self.upstream_label, str(exc))
+            return await exchange.relay_json(answer, data, action, notes)
+        sample = (await answer.content.read(200)).decode("utf-8", "replace")
+        return exchange.bad_gateway(
+            self.upstream_label,
+            f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
+        )
+
+    def _unreachable(self, exchange: _Exchange, exc: BaseException) -> web.Response:
+        reason = str(exc) or type(exc).__name__
+        message = f"mcpfault: cannot reach the upstream MCP server {self.upstream_label}: {reason}"
+        log.warning("upstream unreachable", upstream=self.upstream_label, error=reason)
+        data = {"mcpfault": {"reason": "upstream_unreachable", "upstream": self.upstream_label}}
+        body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        exchange.core.end(
+            exchange.request_id,
+            "upstream_unreachable",
+            reply=body,
+            error_code=jsonrpc.UPSTREAM_UNAVAILABLE,
+            upstream_contacted=False,
+        )
+        return web.Response(status=502, body=body, content_type="application/json")
+
+    # -- everything else: relayed as it is ------------------------------------------------------
+
+    async def _relay(self, request: web.Request, core: ProxyCore | None) -> web.StreamResponse:
+        assert self._client is not None
+        target = self._upstream.with_path(request.path).with_query(request.query_string or None)
+        data = request.content if request.body_exists else None
+        try:
+            answer = await self._client.request(request.method, target, data=data, headers=_forwarded(request.headers))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            message = (
+                f"mcpfault: cannot reach the upstream MCP server {self.upstream_label}: {exc or type(exc).__name__}"
+            )
+            return _error_response(502, None, message)
+        try:
+            response = web.StreamResponse(status=answer.status, headers=_relayed(answer.headers))
+            await response.prepare(request)
+            streamed = answer.headers.get("Content-Type", "").startswith(_SSE)
+            splitter = sse.EventSplitter(self._limits.max_response_bytes) if core is not None and streamed else None
+            async for chunk in answer.content.iter_any():
+                if splitter is None:
+                    await response.write(chunk)
+                    continue
+                for event in splitter.feed(chunk):
+                    emits = core.from_server(event.data) if core is not None and event.data is not None else None
+                    await _write_event(response, event, emits)
+            await response.write_eof()
+            return response
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            _abort(request)  # the upstream broke off: so does the stream it was feeding
+            return response
+        finally:
+            answer.close()
+
+
+class _Exchange:
+    """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
+
+    def __init__(
+        self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
+    ) -> None:
+        self.request = request
+        self.core = core
+        self.body = body
+        self.session_id = session_id
+        self._limits = limits
+        self._request_id: Any = ...
+
+    @property
+    def request_id(self) -> Any:
+        """The JSON-RPC id, when the body is a request (None otherwise). Parsed only when needed."""
+        if self._request_id is ...:
+            message = jsonrpc.parse(self.body)
+            self._request_id = message.body.get("id") if message.kind is MessageKind.REQUEST and message.body else None
+        return self._request_id
+
+    async def answer_locally(self, emits: list[Emit]) -> web.StreamResponse:
+        """The engine answered in the server's place (or broke the exchange before it left)."""
+        action = next((e.http for e in emits if e.http is not None), None)
+        if action is not None:
+            return await self.fail(action)
+        return await self._deliver(emits, status=200, headers=CIMultiDict())
+
+    async def fail(self, action: HttpAction) -> web.StreamResponse:
+        if action.failure is HttpFailure.RESET:
+            return _abort(self.request)
+        if action.failure is HttpFailure.SESSION_EXPIRED:
+            return _error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
+        reason = HTTPStatus(action.status).phrase if action.status in HTTPStatus._value2member_map_ else "Error"
+        return web.Response(status=action.status, headers=dict(action.headers), text=f"{action.status} {reason}\n")
+
+    async def relay_json(
+        self, answer: aiohttp.ClientResponse, data: bytes, action: HttpAction | None, notes: list[Emit]
+    ) -> web.StreamResponse:
+        headers = _relayed(answer.headers)
+        if action is not None and action.failure is HttpFailure.STREAM_CUT:
+            # Sent as a stream so that it can be cut: the notes (up to the cut) and then the end.
+            headers["Content-Type"] = _SSE
+            response = await self._open_stream(answer.status, headers, action)
+            for note in notes[: action.after_events]:
+                await response.write(sse.encode(note.data))
+            self.core.end(self.request_id, "stream_cut")
+            await response.write_eof()
+            return response
+        emits = [e for e in self.core.from_server(data) if e.to is To.CLIENT]
+        if action is not None and action.failure is HttpFailure.RESET:
+            return _abort(self.request)
+        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
+            await asyncio.sleep(action.delay_s)
+        return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
+
+    async def relay_stream(
+        self, answer: aiohttp.ClientResponse, action: HttpAction | None, notes: list[Emit]
+    ) -> web.StreamResponse:
+        if action is not None and action.failure is HttpFailure.RESET:
+            # The server finishes its work and answers; the connection drops before a byte of it leaves.
+            for line in _sse_data(await _read_limited(answer, self._limits.max_response_bytes)):
+                self.core.from_server(line)
+            self.core.end(self.request_id, "reset")
+            return _abort(self.request)
+        cut = action if action is not None and action.failure is HttpFailure.STREAM_CUT else None
+        response = await self._open_stream(answer.status, _relayed(answer.headers), action)
+        relayed = 0
+        for note in notes:
+            if cut is not None and relayed >= cut.after_events:
+                break
+            await response.write(sse.encode(note.data))
+            relayed += 1
+        splitter = sse.EventSplitter(self._limits.max_response_bytes)
+        lost = False
+        try:
+            async for chunk in answer.content.iter_any():
+                for event in splitter.feed(chunk):
+                    if event.data is None:
+                        await response.write(event.raw)
+                        continue
+                    if cut is not None and (relayed >= cut.after_events or self._answers(event.data)):
+                        self.core.end(self.request_id, "stream_cut")
+                        await response.write_eof()
+                        return response
+                    emits = [e for e in self.core.from_server(event.data) if e.to is To.CLIENT]
+                    lost = lost or not emits
+                    await _write_event(response, event, emits)
+                    relayed += 1
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            await self._broken(response, exc)
+            return response
+        if lost:
+            return await self._hold(response)
+        await response.write_eof()
+        return response
+
+    async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
+        """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
+        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
+        data = {"mcpfault": {"reason": "upstream_broke_off"}}
+        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        if self.request_id is not None and self.core.end(self.request_id, "upstream_exited", reply=reply):
+            await response.write(sse.encode(reply))
+        await response.write_eof()
+
+    def bad_gateway(self, upstream: str, what: str) -> web.Response:
+        message = f"mcpfault: the upstream MCP server {upstream} {what}"
+        data = {"mcpfault": {"reason": "bad_upstream_answer", "upstream": upstream}}
+        body = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        self.core.end(self.request_id, "error", reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE)
+        return web.Response(status=502, body=body, content_type="application/json")
+
+    def _answers(self, data: bytes) -> bool:
+        message = jsonrpc.parse(data)
+        return (
+            message.kind is MessageKind.RESPONSE
+            and message.body is not None
+            and (jsonrpc.valid_id(message.body.get("id")) and message.body.get("id") == self.request_id)
+        )
+
+    async def _open_stream(
+        self, status: int, headers: CIMultiDict[str], action: HttpAction | None
+    ) -> web.StreamResponse:
+        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
+            await asyncio.sleep(action.delay_s)
+        headers["Content-Type"] = headers.get("Content-Type", _SSE)
+        response = web.StreamResponse(status=status, headers=headers)
+        await response.prepare(self.request)
+        return response
+
+    async def _deliver(self, emits: Sequence[Emit], *, status: int, headers: CIMultiDict[str]) -> web.StreamResponse:
+        """One message as a JSON body; several (notifications first) as an SSE stream; none: held open."""
+        if not emits:
+            return await self._hold(None)  # not even the headers: a server that never answers
+        if len(emits) == 1:
+            emit = emits[0]
+            if emit.delay_s:
+                await asyncio.sleep(emit.delay_s)
+            headers["Content-Type"] = "application/json"
+            return web.Response(status=status, headers=headers, body=emit.data)
+        headers["Content-Type"] = _SSE
+        response = await self._open_stream(status, headers, None)
+        for emit in emits:
+            if emit.delay_s:
+                await asyncio.sleep(emit.delay_s)
+            await response.write(sse.encode(emit.data))
+        await response.write_eof()
+        return response
+
+    async def _hold(self, response: web.StreamResponse | None) -> web.StreamResponse:
+        """A lost answer: the client waits, as it would for a server that never answers, until it
+        gives up (its disconnect cancels this) or ``hold_s`` passes and the proxy closes the connection."""
+        await asyncio.sleep(self._limits.hold_s)
+        return _abort(self.request) if response is None else _abort(self.request, response)
+
+
+async def _write_event(response: web.StreamResponse, event: sse.Event, emits: Sequence[Emit] | None) -> None:
+    if emits is None:
+        await response.write(event.raw)
+        return
+    for emit in emits:
+        if emit.delay_s:
+            await asyncio.sleep(emit.delay_s)
+        if emit.data is event.data:
+            await response.write(event.raw)
+        else:
+            await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
+
+
+def _abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
+    """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
+    if request.transport is not None:
+        request.transport.abort()
+    return response if response is not None else web.Response(status=204)
+
+
+def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED)
+    out["Accept-Encoding"] = "identity"  # the proxy reads answers: no compression to undo
+    return out
+
+
+def _relayed(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_RELAYED)
+
+
+async def _read_limited(answer: aiohttp.ClientResponse, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in answer.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"sent a body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _sse_data(stream: bytes) -> list[bytes]:
+    splitter = sse.EventSplitter()
+    return [e.data for e in splitter.feed(stream + b"\n\n") if e.data is not None]
+
+
+def _error_response(status: int, request_id: Any, message: str, *, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:
+    body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str], None]) -> int:
+    """Serve until SIGINT or SIGTERM, then close every connection and return 0 (a clean stop)."""
+    import signal
+
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        await proxy.start(listen)
+        try:
+            announce(proxy.url)
+            async for _signum in signals:
+                break
+        finally:
+            with anyio.CancelScope(shield=True):
+                await proxy.close()
+    return 0

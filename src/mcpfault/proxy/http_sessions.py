@@ -1,0 +1,120 @@
+"""Who decides what, behind the HTTP proxy: one engine and one core per MCP session.
+
+Determinism over HTTP: each 2025-11-25 session (an ``Mcp-Session-Id``) gets its own engine, seeded
+from the profile alone, so the faults of a session depend only on that session's own sequence of
+requests, however many sessions run beside it. Requests without a session (the 2026-07-28 era,
+and the ``initialize`` that opens a session) share one engine and are decided in the order they
+arrive: reproducible for a client that sends one request at a time, and, with concurrent clients,
+the same decisions in the same order, dealt to whichever request comes first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mcpfault.faults.base import HTTP
+from mcpfault.faults.engine import Engine
+from mcpfault.faults.profile import Profile
+from mcpfault.protocol.eras import EraTracker
+from mcpfault.proxy.core import ProxyCore, RequestObserver, Stats
+from mcpfault.proxy.events import EventSink
+
+# Sessions kept at once; the least recently used is forgotten first (it gets a fresh engine if it returns).
+MAX_SESSIONS = 10_000
+
+ObserversFor = Callable[[str | None], Sequence[RequestObserver]]
+
+
+@dataclass(slots=True)
+class Session:
+    engine: Engine
+    core: ProxyCore
+
+
+class Sessions:
+    """The cores of one HTTP proxy, and the totals its exit summary reports."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        events: EventSink | None,
+        observers_for: ObserversFor,
+        propagate: bool,
+        max_sessions: int = MAX_SESSIONS,
+    ) -> None:
+        self.profile = profile
+        self.stats = Stats()
+        self.era = EraTracker()  # the last era learned, for the summary
+        self._events = events
+        self._observers_for = observers_for
+        self._propagate = propagate
+        self._max_sessions = max_sessions
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._sessionless = Engine(profile, transport=HTTP)
+        self._sessionless_observers = observers_for(None)
+        self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
+        self._retired_injected: Counter[str] = Counter()
+        self.sessions_started = 0
+
+    def exchange_core(self) -> ProxyCore:
+        """A core for one request outside any session: its ids cannot collide with another client's."""
+        return ProxyCore(
+            self._sessionless,
+            events=self._events,
+            observers=self._sessionless_observers,
+            propagate=self._propagate,
+            stats=self.stats,
+            era=EraTracker(),
+        )
+
+    def session(self, session_id: str, era: EraTracker | None = None) -> Session:
+        """The session's core, created on first sight (from the handshake's era when there is one)."""
+        found = self._sessions.get(session_id)
+        if found is not None:
+            self._sessions.move_to_end(session_id)
+            return found
+        engine = Engine(self.profile, transport=HTTP, in_session=True)
+        core = ProxyCore(
+            engine,
+            events=self._events,
+            observers=self._observers_for(session_id),
+            propagate=self._propagate,
+            stats=self.stats,
+            era=era if era is not None else EraTracker(),
+        )
+        created = self._sessions[session_id] = Session(engine, core)
+        self.sessions_started += 1
+        if len(self._sessions) > self._max_sessions:
+            _, oldest = self._sessions.popitem(last=False)
+            self._retire(oldest)
+        return created
+
+    def forget(self, session_id: str) -> None:
+        """The session ended (DELETE) or its server no longer knows it (404)."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._retire(session)
+
+    def learned(self, era: EraTracker) -> None:
+        if era.protocol_version is not None:
+            self.era = era
+
+    def _retire(self, session: Session) -> None:
+        for name, matched, injected in session.engine.counters():
+            self._retired[name] += matched
+            self._retired_injected[name] += injected
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    # The exit summary reads these, as it reads an Engine's.
+    def counters(self) -> list[tuple[str, int, int]]:
+        matched, injected = Counter(self._retired), Counter(self._retired_injected)
+        for engine in (self._sessionless, *(s.engine for s in self._sessions.values())):
+            for name, m, i in engine.counters():
+                matched[name] += m
+                injected[name] += i
+        return [(name, matched[name], injected[name]) for name, _, _ in self._sessionless.counters()]
