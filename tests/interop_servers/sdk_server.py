@@ -1,11 +1,14 @@
 """A small MCP server on the official Python SDK (mcp 2.x), for tests/test_interop.py.
 
 Run as ``python tests/interop_servers/sdk_server.py``: stdio transport, both protocol eras
-(the SDK answers ``initialize`` and ``server/discover``).
+(the SDK answers ``initialize`` and ``server/discover``). With ``--http PORT`` it serves Streamable
+HTTP on 127.0.0.1:PORT/mcp instead (``--json``: JSON answers instead of SSE streams), and
+``--calls FILE`` appends one line per tools/call it runs: what the server did, as ground truth.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 
@@ -15,6 +18,13 @@ from pydantic import BaseModel
 
 server = MCPServer("interop-sdk-server")
 _counter = itertools.count(1)
+_calls_file: str | None = None
+
+
+def _did(what: str) -> None:
+    if _calls_file is not None:
+        with open(_calls_file, "a") as calls:
+            calls.write(what + "\n")
 
 
 class DeviceStatus(BaseModel):
@@ -44,15 +54,22 @@ def get_status(device: str) -> DeviceStatus:
 @server.tool()
 def next_ticket(queue: str) -> int:
     """A new ticket number on every call: a server whose answer changes each time."""
-    return next(_counter)
+    ticket = next(_counter)
+    _did(f"next_ticket {queue} {ticket}")
+    return ticket
 
 
 @server.tool()
 async def countdown(steps: int, ctx: Context) -> str:
     """Report progress `steps` times, 0.2 s apart, then answer."""
-    for i in range(1, steps + 1):
-        await anyio.sleep(0.2)
-        await ctx.report_progress(i, steps, f"step {i}")
+    try:
+        for i in range(1, steps + 1):
+            await anyio.sleep(0.2)
+            await ctx.report_progress(i, steps, f"step {i}")
+    except anyio.get_cancelled_exc_class():
+        _did(f"countdown cancelled after {i - 1} of {steps}")
+        raise
+    _did(f"countdown done {steps}")
     return f"done after {steps} steps"
 
 
@@ -63,4 +80,13 @@ def crash(code: int) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, metavar="PORT")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--calls")
+    args = parser.parse_args()
+    _calls_file = args.calls
+    if args.http is None:
+        server.run()
+    else:
+        server.run(transport="streamable-http", host="127.0.0.1", port=args.http, json_response=args.json)
