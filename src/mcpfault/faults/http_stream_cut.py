@@ -1,8 +1,10 @@
 """stream_cut: the response's SSE stream closes after ``after_events`` events, before the answer.
 
 The server acts; what it sent before its answer (progress, log messages) gets through up to the
-cut. A JSON answer is sent as an event stream so that it can be cut. Events carry no id, so a
-client cannot resume: in the 2026-07-28 era it must re-issue the request, as the specification says.
+cut. A JSON answer is sent as an event stream so that it can be cut. What happens next is the
+server's and the client's business, as with a real cut: a 2025-11-25 server that numbers its events
+lets the client resume with GET and ``Last-Event-ID`` (the answer arrives there); without event ids,
+or in the 2026-07-28 era, the answer is lost and the client must re-issue the request.
 """
 
 from __future__ import annotations
