@@ -72,7 +72,8 @@ class SdkHttpServer:
 
 
 class HttpProxyProcess:
-    """`mcpfault proxy --listen 127.0.0.1:0 --upstream URL`; ``url`` is where it serves."""
+    """`mcpfault proxy --listen 127.0.0.1:0 --upstream URL` (or ``-- COMMAND`` in ``extra`` with no upstream);
+    ``url`` is where it serves."""
 
     def __init__(self, profile: Path, upstream: str, tmp_path: Path, *extra: str) -> None:
         self.events_file = tmp_path / f"events-{time.monotonic_ns()}.jsonl"
@@ -85,8 +86,7 @@ class HttpProxyProcess:
             str(profile),
             "--listen",
             "127.0.0.1:0",
-            "--upstream",
-            upstream,
+            *(["--upstream", upstream] if upstream else []),
             "--events",
             str(self.events_file),
             *extra,

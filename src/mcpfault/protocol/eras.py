@@ -40,6 +40,15 @@ class EraTracker:
         elif method == "server/discover":
             self.era = Era.MODERN
 
+    @classmethod
+    def from_header(cls, version: str | None) -> EraTracker:
+        """What an HTTP request's ``MCP-Protocol-Version`` header tells, when there is no session to remember."""
+        if version in LEGACY_VERSIONS:
+            return cls(Era.LEGACY, version)
+        if version in MODERN_VERSIONS:
+            return cls(Era.MODERN, version)
+        return cls()
+
     def observe_handshake_result(self, method: str, result: Any) -> None:
         """The server's answer fixes the negotiated version (it may differ from the proposal)."""
         if not isinstance(result, dict):

@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
@@ -36,6 +36,7 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http_sessions import Sessions
+from mcpfault.proxy.http_stdio import StdioBridge
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -61,6 +62,29 @@ _NOT_FORWARDED = frozenset(
 )
 _NOT_RELAYED = frozenset({*_NOT_FORWARDED, "date", "server"})
 _SSE = "text/event-stream"
+
+
+class _Body(Protocol):
+    def iter_any(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class UpstreamAnswer(Protocol):
+    """The parts of an answer the proxy reads: an aiohttp response, or the stdio bridge's."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> _Body: ...
+
+    def close(self) -> None: ...
+
+    def release(self) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +144,15 @@ class HttpProxy:
     def __init__(
         self,
         sessions: Sessions,
-        upstream: URL,
+        upstream: URL | StdioBridge,
         *,
         limits: Limits = Limits(),
         token: str | None = None,
     ) -> None:
         self._sessions = sessions
-        self._upstream = upstream
-        self._mcp_path = upstream.path or "/"
+        self._bridge = upstream if isinstance(upstream, StdioBridge) else None
+        self._upstream = upstream if isinstance(upstream, URL) else URL("http://stdio/mcp")
+        self._mcp_path = self._upstream.path or "/"
         self._limits = limits
         self._token = token.encode() if token else None
         self._client: aiohttp.ClientSession | None = None
@@ -136,7 +161,13 @@ class HttpProxy:
 
     @property
     def upstream_label(self) -> str:
+        if self._bridge is not None:
+            return f"the stdio server {self._bridge.label!r}"
         return str(self._upstream.with_query(None))
+
+    @property
+    def bridge(self) -> StdioBridge | None:
+        return self._bridge
 
     async def start(self, listen: ListenAddress) -> str:
         """Listen; return the proxy's MCP endpoint URL (with the real port when ``listen.port`` is 0)."""
@@ -205,7 +236,10 @@ class HttpProxy:
                 f"({exc.text or 'too large'}); send less, or start the proxy with a larger --max-body-bytes",
             )
         session_id = request.headers.get(SESSION_HEADER)
-        core = self._sessions.session(session_id).core if session_id else self._sessions.exchange_core()
+        if session_id:
+            core = self._sessions.session(session_id).core
+        else:
+            core = self._sessions.exchange_core(request.headers.get("MCP-Protocol-Version"))
         try:
             emits = core.from_client(body)
         except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
@@ -229,8 +263,14 @@ class HttpProxy:
     async def _forward(self, exchange: _Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         assert self._client is not None
         request = exchange.request
+        answer: UpstreamAnswer
         try:
-            answer = await self._client.post(self._upstream, data=upstream.data, headers=_forwarded(request.headers))
+            if self._bridge is not None:
+                answer = await self._bridge.post(upstream.data)
+            else:
+                answer = await self._client.post(
+                    self._upstream, data=upstream.data, headers=_forwarded(request.headers)
+                )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return self._unreachable(exchange, exc)
         try:
@@ -242,7 +282,7 @@ class HttpProxy:
         return response
 
     async def _relay_answer(
-        self, exchange: _Exchange, answer: aiohttp.ClientResponse, action: HttpAction | None, notes: list[Emit]
+        self, exchange: _Exchange, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
     ) -> web.StreamResponse:
         core, status = exchange.core, answer.status
         new_session = answer.headers.get(SESSION_HEADER)
@@ -293,6 +333,10 @@ class HttpProxy:
 
     async def _relay(self, request: web.Request, core: ProxyCore | None) -> web.StreamResponse:
         assert self._client is not None
+        if self._bridge is not None:  # no sessions, no server-side stream, nothing but the MCP endpoint
+            if request.path != self._mcp_path:
+                return _error_response(404, None, f"mcpfault: nothing here; the MCP endpoint is {self._mcp_path}")
+            return web.Response(status=405, headers={"Allow": "POST"})
         target = self._upstream.with_path(request.path).with_query(request.query_string or None)
         data = request.content if request.body_exists else None
         try:
@@ -360,7 +404,7 @@ class _Exchange:
         return web.Response(status=action.status, headers=dict(action.headers), text=f"{action.status} {reason}\n")
 
     async def relay_json(
-        self, answer: aiohttp.ClientResponse, data: bytes, action: HttpAction | None, notes: list[Emit]
+        self, answer: UpstreamAnswer, data: bytes, action: HttpAction | None, notes: list[Emit]
     ) -> web.StreamResponse:
         headers = _relayed(answer.headers)
         if action is not None and action.failure is HttpFailure.STREAM_CUT:
@@ -380,7 +424,7 @@ class _Exchange:
         return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
 
     async def relay_stream(
-        self, answer: aiohttp.ClientResponse, action: HttpAction | None, notes: list[Emit]
+        self, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
     ) -> web.StreamResponse:
         if action is not None and action.failure is HttpFailure.RESET:
             # The server finishes its work and answers; the connection drops before a byte of it leaves.
@@ -510,7 +554,7 @@ def _relayed(headers: Mapping[str, str]) -> CIMultiDict[str]:
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_RELAYED)
 
 
-async def _read_limited(answer: aiohttp.ClientResponse, limit: int) -> bytes:
+async def _read_limited(answer: UpstreamAnswer, limit: int) -> bytes:
     chunks, size = [], 0
     async for chunk in answer.content.iter_any():
         size += len(chunk)
@@ -531,18 +575,35 @@ def _error_response(status: int, request_id: Any, message: str, *, code: int = j
 
 
 async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str], None]) -> int:
-    """Serve until SIGINT or SIGTERM, then close every connection and return 0 (a clean stop)."""
+    """Serve until SIGINT or SIGTERM (then 0, a clean stop), or, in front of a stdio server, until
+    that server exits (then its exit status; a signal ends it first)."""
     import signal
 
     import anyio
 
+    bridge = proxy.bridge
+    status = 0
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        await proxy.start(listen)
+        if bridge is not None:
+            await bridge.start()
         try:
+            await proxy.start(listen)
             announce(proxy.url)
-            async for _signum in signals:
-                break
+            async with anyio.create_task_group() as tg:
+
+                async def until_signal() -> None:
+                    async for _signum in signals:
+                        break
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(until_signal)
+                if bridge is not None:
+                    status = await bridge.wait()
+                    tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await proxy.close()
-    return 0
+                if bridge is not None:
+                    await bridge.stop()
+                    status = await bridge.wait()
+    return status

@@ -59,15 +59,16 @@ class Sessions:
         self._retired_injected: Counter[str] = Counter()
         self.sessions_started = 0
 
-    def exchange_core(self) -> ProxyCore:
-        """A core for one request outside any session: its ids cannot collide with another client's."""
+    def exchange_core(self, protocol_version: str | None = None) -> ProxyCore:
+        """A core for one request outside any session: its ids cannot collide with another client's.
+        ``protocol_version``: the request's ``MCP-Protocol-Version`` header, the era's only memory here."""
         return ProxyCore(
             self._sessionless,
             events=self._events,
             observers=self._sessionless_observers,
             propagate=self._propagate,
             stats=self.stats,
-            era=EraTracker(),
+            era=EraTracker.from_header(protocol_version),
         )
 
     def session(self, session_id: str, era: EraTracker | None = None) -> Session:

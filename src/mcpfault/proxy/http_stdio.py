@@ -1,0 +1,220 @@
+"""A stdio MCP server behind the HTTP proxy (``mcpfault proxy --listen HOST:PORT -- SERVER_COMMAND``).
+
+One server process serves every HTTP client, as behind a stdio-to-HTTP gateway. Each POSTed request
+is written to its stdin under an id of the bridge's own (clients may all use id 1), and everything the
+server writes on the way to the answer comes back as the POST's SSE stream, with the client's id
+restored: progress notifications by their ``progressToken``, other messages and the server's own
+requests (sampling) on the most recent request still waiting. The bridge looks like an HTTP
+upstream to the proxy (``BridgeAnswer`` has the parts of an aiohttp response the proxy reads), so
+every fault, HTTP-level ones included, acts exactly as in front of a real HTTP server.
+
+Requests cross with a new id, so unlike the other transports their bytes change on the way. The
+bridge issues no sessions (the specification lets a server go without); GET and DELETE get 405.
+A client that goes away cancels its request with ``notifications/cancelled``, the stdio way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shlex
+import signal
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import structlog
+from multidict import CIMultiDict
+
+from mcpfault.errors import UpstreamError
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy import sse
+
+log = structlog.get_logger("mcpfault.proxy")
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class BridgeAnswer:
+    """What the server sends for one request, as an SSE stream that ends with the answer."""
+
+    def __init__(self, bridge: StdioBridge, upstream_id: int | None, status: int = 200) -> None:
+        self.status = status
+        content_type = "text/event-stream" if upstream_id is not None else "application/json"
+        self.headers: CIMultiDict[str] = CIMultiDict({"Content-Type": content_type})
+        self.content = self
+        self._bridge = bridge
+        self._upstream_id = upstream_id
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._done = upstream_id is None
+
+    def put(self, message: bytes, *, last: bool = False) -> None:
+        self._queue.put_nowait(sse.encode(message))
+        if last:
+            self._done = True
+            self._queue.put_nowait(None)
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while not self._queue.empty() or not self._done:
+            chunk = await self._queue.get()
+            if chunk is None:
+                return
+            yield chunk
+
+    async def read(self, size: int = -1) -> bytes:
+        return b""
+
+    def release(self) -> None:
+        self._bridge.forget(self._upstream_id)
+
+    def close(self) -> None:
+        """The client left before the answer: the server is told to stop, as over stdio."""
+        if not self._done and self._upstream_id is not None:
+            self._bridge.cancel(self._upstream_id)
+        self._bridge.forget(self._upstream_id)
+
+
+class StdioBridge:
+    def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
+        self._command = list(command)
+        self._kill_timeout_s = kill_timeout_s
+        self._process: asyncio.subprocess.Process | None = None
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[Any, BridgeAnswer]] = {}  # upstream id -> (client's id, answer)
+        self._progress: dict[object, BridgeAnswer] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self.exit_code: int | None = None
+        joined = shlex.join(self._command)
+        self.label = joined if len(joined) <= 80 else joined[:77] + "..."
+
+    async def start(self) -> None:
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self._command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                limit=MAX_LINE_BYTES,
+            )
+        except OSError as exc:
+            raise UpstreamError(f"cannot start the server command {self._command[0]!r}: {exc.strerror}") from None
+        self._reader = asyncio.create_task(self._read())
+
+    async def wait(self) -> int:
+        """Until the server exits; its exit status, as a shell shows it."""
+        assert self._process is not None
+        code = await self._process.wait()
+        if self._reader is not None:
+            await self._reader
+        return 128 - code if code < 0 else code
+
+    async def stop(self) -> None:
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()
+        for send in (None, signal.SIGTERM, signal.SIGKILL):
+            if send is not None:
+                process.send_signal(send)
+            try:
+                await asyncio.wait_for(process.wait(), self._kill_timeout_s)
+                return
+            except TimeoutError:
+                continue
+
+    # -- the proxy's upstream ---------------------------------------------------------------------
+
+    async def post(self, data: bytes) -> BridgeAnswer:
+        process = self._process
+        if process is None or process.stdin is None or process.returncode is not None:
+            raise ConnectionError(f"the stdio server {self.label!r} exited with code {self.exit_code}")
+        message = jsonrpc.parse(data)
+        if message.kind is not MessageKind.REQUEST or message.body is None:
+            await self._write(data)  # notifications, answers to the server's own requests, what does not parse
+            return BridgeAnswer(self, None, status=202)
+        body = message.body
+        upstream_id = next(self._ids)
+        answer = BridgeAnswer(self, upstream_id)
+        self._waiting[upstream_id] = (body["id"], answer)
+        token = _progress_token(body)
+        if token is not None:
+            self._progress[token] = answer
+        await self._write(jsonrpc.encode({**body, "id": upstream_id}))
+        return answer
+
+    def cancel(self, upstream_id: int) -> None:
+        if upstream_id in self._waiting and self._process is not None and self._process.stdin is not None:
+            note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": upstream_id}}
+            self._process.stdin.write(jsonrpc.encode(note) + b"\n")
+
+    def forget(self, upstream_id: int | None) -> None:
+        if upstream_id is None:
+            return
+        waiting = self._waiting.pop(upstream_id, None)
+        if waiting is not None:
+            for token in [t for t, a in self._progress.items() if a is waiting[1]]:
+                del self._progress[token]
+
+    async def _write(self, line: bytes) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(line if line.endswith(b"\n") else line + b"\n")
+            await self._process.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ConnectionError(f"the stdio server {self.label!r} stopped reading: {exc}") from None
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        stdout = self._process.stdout
+        while True:
+            try:
+                line = await stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                log.warning("the stdio server wrote a line over the limit; it is skipped", limit=MAX_LINE_BYTES)
+                continue
+            if not line:
+                break
+            self._route(line.rstrip(b"\r\n"))
+        code = await self._process.wait()
+        self.exit_code = 128 - code if code < 0 else code
+        for client_id, answer in list(self._waiting.values()):
+            reply = jsonrpc.error_response(
+                client_id,
+                jsonrpc.UPSTREAM_UNAVAILABLE,
+                f"mcpfault: the stdio server exited with code {self.exit_code} before answering",
+                {"mcpfault": {"reason": "upstream_exited", "exit_code": self.exit_code}},
+            )
+            answer.put(jsonrpc.encode(reply), last=True)
+        self._waiting.clear()
+        self._progress.clear()
+
+    def _route(self, line: bytes) -> None:
+        message = jsonrpc.parse(line)
+        body = message.body
+        if message.kind is MessageKind.RESPONSE and body is not None:
+            upstream_id = body.get("id")
+            waiting = self._waiting.get(upstream_id) if isinstance(upstream_id, int) else None
+            if waiting is not None:
+                self.forget(upstream_id)
+                waiting[1].put(jsonrpc.encode({**body, "id": waiting[0]}), last=True)
+                return
+        target: BridgeAnswer | None = None
+        if message.kind is MessageKind.NOTIFICATION and message.method == "notifications/progress":
+            target = self._progress.get(_freeze(message.params.get("progressToken")))
+        if target is None and self._waiting:
+            target = next(reversed(self._waiting.values()))[1]
+        if target is None:
+            log.warning("a message from the stdio server with no request waiting is dropped", size_bytes=len(line))
+            return
+        target.put(line)
+
+
+def _progress_token(body: dict[str, Any]) -> object | None:
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return _freeze(token)
+
+
+def _freeze(token: object) -> object | None:
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
