@@ -26,7 +26,18 @@ def problems(text: str) -> list[str]:
 def test_every_bundled_profile_is_valid() -> None:
     names = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml"))
     assert names == sorted(
-        ["baseline", "timeout", "latency", "error", "malformed", "stale", "drift_input", "drift_output", "mixed"]
+        [
+            "baseline",
+            "timeout",
+            "latency",
+            "error",
+            "malformed",
+            "stale",
+            "drift_input",
+            "drift_output",
+            "mixed",
+            "http",
+        ]
     )
     for path in (ROOT / "profiles").glob("*.toml"):
         assert profile.load(path).name == path.stem
@@ -62,7 +73,7 @@ type = "schema_drift"
     expected = [
         "p.toml: colour: unknown top-level key",
         "p.toml: seed: got 'x'; expected an integer",
-        "p.toml: faults[0].type: unknown fault type 'laggy'; one of: error, latency, malformed",
+        "p.toml: faults[0].type: unknown fault type 'laggy'; one of: error, first_byte_latency, http_status, latency",
         "p.toml: faults[1] ('p').probability: 1.5 is outside [0, 1]",
         "p.toml: faults[1] ('p').after: -1 is negative",
         "p.toml: faults[1] ('p').limit: got 2.5; expected a whole number",
@@ -99,7 +110,7 @@ def test_validate_command_exit_codes(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert ok.returncode == 0 and ok.stdout.count(": ok") == 9
+    assert ok.returncode == 0 and ok.stdout.count(": ok") == 10
     failed = subprocess.run(
         [sys.executable, "-m", "mcpfault", "validate", str(bad), str(ROOT / "profiles/mixed.toml")],
         capture_output=True,
