@@ -137,10 +137,13 @@ def _parser() -> argparse.ArgumentParser:
         "trace per session) under --out.",
     )
     run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
-    run.add_argument("--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>")
+    run.add_argument(
+        "--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>, or llm (a model)"
+    )
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
     run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
     _task_options(run, "runs/<time>-<profile>-<agent>")
+    _llm_options(run, bench=False)
     run.set_defaults(handler=_run)
 
     bench = commands.add_parser(
@@ -151,7 +154,10 @@ def _parser() -> argparse.ArgumentParser:
         "With no arguments: the 9 bundled profiles x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument("--profiles", help="comma-separated names or .toml paths (default: the 9 bundled profiles)")
-    bench.add_argument("--agents", help="comma-separated agent names (default: naive,retry-only,resilient)")
+    bench.add_argument(
+        "--agents",
+        help="comma-separated agent names; llm for the models of --models (default: naive,retry-only,resilient)",
+    )
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
@@ -159,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
     )
     _task_options(bench, "runs/<time>-bench")
+    _llm_options(bench, bench=True)
     bench.set_defaults(handler=_bench)
 
     report = commands.add_parser(
@@ -224,6 +231,81 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         "--pushgateway",
         metavar="URL",
         help="push task outcomes, recovery times, retries, duplicates and silent failures to a Pushgateway at the end",
+    )
+
+
+def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
+    group = parser.add_argument_group(
+        "the llm agent", "a model solves the tasks from prompts (needs the llm extra and ANTHROPIC_API_KEY; see README)"
+    )
+    if bench:
+        group.add_argument(
+            "--models", "--model", dest="models", metavar="A,B", help="comma-separated models for the llm agent"
+        )
+    else:
+        group.add_argument("--model", metavar="NAME", help="the model of the llm agent (default claude-sonnet-4-5)")
+    group.add_argument(
+        "--reliability-hints",
+        nargs="?",
+        const="on",
+        default="off",
+        choices=["on", "off", "both"] if bench else ["on", "off"],
+        help="tell the model the connection is unreliable and what as_of means"
+        + ("; both: run every model with and without" if bench else ""),
+    )
+    group.add_argument("--max-turns", type=int, default=24, help="model turns per task (24)")
+    group.add_argument("--record", type=Path, metavar="DIR", help="save every model exchange under DIR")
+    group.add_argument("--replay", type=Path, metavar="DIR", help="answer from a recording: no API, no key")
+
+
+def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[Any, ...]:
+    """The llm agent's model variants (model x hints), checked before any work: SDK, key, directories."""
+    from mcpfault.harness.agents.llm.agent import LLMConfig, check_config
+    from mcpfault.harness.agents.llm.backend import DEFAULT_MODEL
+
+    models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
+    if not models:
+        raise UsageError("--models: give at least one model name")
+    hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
+    variants = tuple(
+        LLMConfig(model=m, hints=h, max_turns=args.max_turns, record_dir=args.record, replay_dir=args.replay)
+        for m in models
+        for h in hints
+    )
+    for variant in variants:
+        check_config(variant)
+    return variants
+
+
+def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None:
+    given = [
+        flag
+        for flag, value in (
+            ("--model(s)", models_option),
+            ("--record", args.record),
+            ("--replay", args.replay),
+            ("--reliability-hints", args.reliability_hints != "off" or None),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"{', '.join(given)} apply to the llm agent only; add it with --agent(s) llm")
+
+
+def _write_llm_manifest(args: argparse.Namespace, command: str, variants: Sequence[Any]) -> None:
+    if args.record is None:
+        return
+    from mcpfault.harness.agents.llm.recording import write_manifest
+
+    fake = all(v.model.startswith("fake-") for v in variants)
+    write_manifest(
+        args.record,
+        {
+            "command": command,
+            "seed": args.seed,
+            "models": sorted({v.model for v in variants}),
+            "source": "the scripted fake model (fakemodel.py), not a real model" if fake else "the Anthropic API",
+        },
     )
 
 
@@ -293,17 +375,21 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy import http, summary
     from mcpfault.proxy.events import EventSink, JsonlEventSink
     from mcpfault.proxy.http_sessions import Sessions
+    from mcpfault.proxy.http_stdio import StdioBridge
     from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
     if args.listen is None:
         raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
     listen = http.parse_listen(args.listen)
-    if command:
-        raise UsageError("--listen in front of a stdio server command is not supported yet; give --upstream URL")
-    if args.upstream is None:
-        raise UsageError("--listen needs --upstream URL, the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp")
-    upstream = http.parse_upstream(args.upstream)
+    if command and args.upstream is not None:
+        raise UsageError("give either --upstream URL or a stdio server command after '--', not both")
+    if not command and args.upstream is None:
+        raise UsageError(
+            "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
+            "or a stdio server command after '--'"
+        )
+    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -323,7 +409,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             events = JsonlEventSink(args.events)
         except OSError as exc:
             raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
-    attributes = {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
+    attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
         spans=args.spans,
         otlp_endpoint=args.otlp_endpoint,
@@ -376,7 +462,8 @@ def _faults(_args: argparse.Namespace) -> int:
 
     for fault_type in CATALOG:
         doc = ((fault_type.__module__ and sys.modules[fault_type.__module__].__doc__) or "").strip().splitlines()[0]
-        print(f"{fault_type.type_name}: {doc.split(': ', 1)[-1]}")
+        only = "" if "stdio" in fault_type.transports else " (HTTP only)"
+        print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
         hints = __import__("typing").get_type_hints(fault_type)
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
             default = field.default if field.default is not dataclasses.MISSING else "(required)"
@@ -423,13 +510,19 @@ def _run(args: argparse.Namespace) -> int:
     from mcpfault.harness.agents.policies import check_agent_name
     from mcpfault.harness.agents.tasks import plan_tasks
     from mcpfault.harness.bench import resolve_profile
-    from mcpfault.harness.report import print_outcomes
+    from mcpfault.harness.report import print_model_usage, print_outcomes
     from mcpfault.harness.session import SessionPlan, run_session
     from mcpfault.mock.world import World
 
     profile_path = resolve_profile(args.profile)
     loaded = profile.load(profile_path)
-    agent = check_agent_name(args.agent)
+    llm = None
+    if args.agent == "llm":
+        (llm,) = _llm_variants(args, args.model)
+        agent = llm.label
+    else:
+        _no_llm_options(args, args.model)
+        agent = check_agent_name(args.agent)
     if args.tasks < 1:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
     if args.deadline <= 0:
@@ -449,7 +542,12 @@ def _run(args: argparse.Namespace) -> int:
         era=args.era,
         proxy_summary=True,
         otlp_endpoint=endpoint,
+        llm=llm,
     )
+    if llm is not None:
+        import shlex
+
+        _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), [llm])
     console = _console()
     from mcpfault.harness.metrics_push import LiveMetrics
 
@@ -463,6 +561,8 @@ def _run(args: argparse.Namespace) -> int:
         live.close()
     write_records(out / "records.jsonl", result.records)
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
+    if result.records:
+        print_model_usage(result.records, console)
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
     console.print(
         f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, proxy log and server state in {out}/"
@@ -494,11 +594,16 @@ def _bench(args: argparse.Namespace) -> int:
         resolve_profile,
         run_bench,
     )
-    from mcpfault.harness.report import ReportMeta, print_summary, write_report
+    from mcpfault.harness.report import ReportMeta, print_model_usage, print_summary, write_report
     from mcpfault.mock.world import World
 
     names = args.profiles.split(",") if args.profiles else list(DEFAULT_PROFILES)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
+    llm: tuple[Any, ...] = ()
+    if "llm" in agents:
+        llm = _llm_variants(args, args.models)
+    else:
+        _no_llm_options(args, args.models)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     config = BenchConfig(
@@ -513,6 +618,7 @@ def _bench(args: argparse.Namespace) -> int:
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
+        llm=llm,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
@@ -520,9 +626,10 @@ def _bench(args: argparse.Namespace) -> int:
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
+    _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), llm)
     console = _console()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    total = len(config.profiles) * len(agents) * args.tasks
+    total = sum(len(p.tasks) for p in plans)
     columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
     from mcpfault.harness.metrics_push import LiveMetrics
 
@@ -558,6 +665,8 @@ def _bench(args: argparse.Namespace) -> int:
     )
     report = write_report(result.records, out, meta) if result.records else None
     print_summary(result.records, console)
+    if result.records:
+        print_model_usage(result.records, console)
     console.print(
         f"{len(result.records)} tasks in {result.sessions} sessions, wall time {result.wall_s:.1f} s"
         + (f"; report: {report}" if report else "")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
+LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +39,20 @@ class TaskRecord:
     detail: str = ""
     fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
     trace_id: str | None = None  # hex id of the trace holding the task's span (its session's), when traced
+    # The llm agent's account of its task; left out of as_dict() for the scripted agents, which call no model.
+    model: str | None = None
+    model_calls: int = 0  # requests sent to the model, retries included
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None  # estimated from the price table; None for a model without a price
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["fault_types"] = list(self.fault_types)
         data["fault_modes"] = list(self.fault_modes)
+        if self.model is None:
+            for name in LLM_FIELDS:
+                del data[name]
         return data
 
     @staticmethod

@@ -42,6 +42,12 @@ class CellSummary:
     failed_silent: int
     duplicates: int
     retries: int
+    # The llm agent's model account (zero for scripted agents); cost None when no task had a known price.
+    model_tasks: int = 0  # tasks run by a model
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
 
     def count(self, outcome: Outcome) -> int:
         counts = {
@@ -196,7 +202,16 @@ def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummar
         failed_silent=outcomes["failed_silent"],
         duplicates=sum(r.duplicates for r in records),
         retries=sum(r.retries for r in records),
+        model_tasks=sum(1 for r in records if r.model is not None),
+        model_calls=sum(r.model_calls for r in records),
+        input_tokens=sum(r.input_tokens for r in records),
+        output_tokens=sum(r.output_tokens for r in records),
+        cost_usd=_cost([r.cost_usd for r in records if r.cost_usd is not None]),
     )
+
+
+def _cost(costs: Sequence[float]) -> float | None:
+    return round(sum(costs), 6) if costs else None
 
 
 def _recovery(

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -27,6 +27,9 @@ from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
+
+if TYPE_CHECKING:
+    from mcpfault.harness.agents.llm.agent import LLMConfig
 
 DEFAULT_PROFILES = PROFILE_ORDER
 DEFAULT_AGENTS = AGENT_ORDER
@@ -48,6 +51,8 @@ class BenchConfig:
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
     shard: tuple[int, int] | None = None  # (index, count): run only this disjoint slice of the sessions
+    # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
+    llm: tuple[LLMConfig, ...] = ()
 
 
 @dataclass(slots=True)
@@ -108,8 +113,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
     plans = []
     for profile_path in config.profiles:
         loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
-        for agent in config.agents:
-            check_agent_name(agent)
+        for agent, llm in _agent_variants(config):
             for session in range(count):
                 chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
                 plans.append(
@@ -117,6 +121,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                         profile=profile_path,
                         profile_name=loaded.name,
                         agent=agent,
+                        llm=llm,
                         tasks=tuple(chunk),
                         out_dir=config.out_dir / "sessions" / loaded.name / agent / f"s{session:03d}",
                         world_seed=config.seed,
@@ -136,6 +141,22 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
         plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
+
+
+def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
+    """(agent label, its model variant): scripted agents as named, "llm" once per model variant."""
+    variants: list[tuple[str, LLMConfig | None]] = []
+    for agent in config.agents:
+        if agent != "llm":
+            variants.append((check_agent_name(agent), None))
+            continue
+        llm = config.llm
+        if not llm:
+            from mcpfault.harness.agents.llm.agent import LLMConfig
+
+            llm = (LLMConfig(),)
+        variants += [(variant.label, variant) for variant in llm]
+    return variants
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ trace per session. The judge reads which faults reached each task off that trace
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -49,6 +50,9 @@ from mcpfault.mock.world import World
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
+if TYPE_CHECKING:
+    from mcpfault.harness.agents.llm.agent import LLMConfig
+
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
@@ -69,6 +73,7 @@ class SessionPlan:
     server_command: tuple[str, ...] | None = None  # None: the bundled mock server with world_seed
     traces: bool = True  # spans from all three processes into out_dir; the judge joins them
     otlp_endpoint: str | None = None  # also export every process's spans there over OTLP/HTTP
+    llm: LLMConfig | None = None  # the llm agent's model variant (agent is then its label)
 
 
 @dataclass(slots=True)
@@ -235,6 +240,7 @@ async def _run_tasks(
 ) -> None:
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
+    usage: dict[int, Any] | None = None
     with (plan.out_dir / "proxy.log").open("wb") as proxy_log:
         client = StdioClient(
             proxy_command(plan),
@@ -245,9 +251,10 @@ async def _run_tasks(
         )
         client.span_parent = trace.context if trace is not None else None
         try:
-            async with client:
+            async with contextlib.AsyncExitStack() as stack, client:
                 await client.connect()
-                agent = make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
+                agent = await _make_agent(plan, client, trace, stack)
+                usage = getattr(agent, "usage", None)  # the llm agent's token account, filled in as tasks run
                 await agent.start()
                 for spec in plan.tasks:
                     if trace is not None:
@@ -274,12 +281,42 @@ async def _run_tasks(
         result.error = str(exc)
     else:
         result.records, result.join_mismatches = judged.records, judged.mismatches
+        if usage is not None:
+            result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
         if judged.mismatches and result.error is None:
             result.error = (
                 f"session {plan.session} of {plan.profile_name}/{plan.agent}: the trace join and the proxy's "
                 f"events disagree ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
             )
     result.latencies = latency_pairs(attempts, _read_jsonl(plan.out_dir / "events.jsonl"))
+
+
+async def _make_agent(
+    plan: SessionPlan, client: StdioClient, trace: SessionTrace | None, stack: contextlib.AsyncExitStack
+) -> Any:
+    """The plan's agent: a scripted policy by name, or the llm agent with its model backend."""
+    if plan.llm is None:
+        return make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
+    from mcpfault.harness.agents.llm.agent import LLMAgent, make_backend
+
+    backend = await make_backend(plan.llm, profile=plan.profile_name, agent=plan.agent, session=plan.session)
+    stack.push_async_callback(backend.aclose)
+    return LLMAgent(client, backend, plan.llm, trace.tracer if trace is not None else None)
+
+
+def _with_usage(record: TaskRecord, usage: Any) -> TaskRecord:
+    """The record with the llm agent's token account for its task."""
+    if usage is None:
+        return record
+    cost = usage.cost_usd
+    return dataclasses.replace(
+        record,
+        model=usage.model,
+        model_calls=usage.model_calls,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cost_usd=None if cost is None else round(cost, 6),
+    )
 
 
 async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
@@ -289,8 +326,9 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
     answer: Any = None
     failure: str | None = None
     detail = ""
+    solve = getattr(agent, "solve", None)  # the llm agent solves from a prompt; scripted agents run the task code
     try:
-        answer = await run_task(agent, spec)
+        answer = await (solve(spec) if solve is not None else run_task(agent, spec))
     except CallError as exc:
         failure, detail = exc.failure, str(exc)
     except TASK_CRASHES as exc:

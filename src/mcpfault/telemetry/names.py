@@ -209,3 +209,23 @@ STATE_CHANGED: Final = "mcpfault.state.changed"  # False: an idempotent repeat o
 STATE_DEVICE_ID: Final = "mcpfault.state.device_id"
 STATE_INCIDENT_ID: Final = "mcpfault.state.incident_id"  # open_incident: the incident created or returned
 STATE_MAINTENANCE_ENABLED: Final = "mcpfault.state.maintenance_enabled"  # set_maintenance: the device's flag after
+
+# ===== the LLM agent's model calls (GenAI semantic conventions, docs/gen-ai/gen-ai-spans.md) =====
+# One CLIENT span per request to the model, named "{gen_ai.operation.name} {gen_ai.request.model}",
+# a child of the task span, beside the task's tool attempt spans.
+GEN_AI_OPERATION_CHAT: Final = "chat"  # gen_ai.operation.name of a Messages API call
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_SYSTEM: Final = "gen_ai.system"  # the older name of gen_ai.provider.name, still read by many backends
+GEN_AI_PROVIDER_ANTHROPIC: Final = "anthropic"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"  # a list: ["tool_use"]
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+LLM_TURN: Final = "mcpfault.llm.turn"  # 1 for a task's first model call
+LLM_RETRY_AFTER_S: Final = "mcpfault.llm.retry_after_s"  # on a failed try: how long the agent waits before the next
+LLM_REPLAYED: Final = "mcpfault.llm.replayed"  # True: the answer came from a recording, not a model
+LLM_COST_USD: Final = "mcpfault.llm.cost_usd"  # estimated from the price table; absent for an unknown model
+LLM_HINTS: Final = "mcpfault.llm.reliability_hints"  # on task spans of the llm agent: was the model told
