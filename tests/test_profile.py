@@ -166,7 +166,16 @@ def test_random_documents_never_crash_validation(document: dict[str, Any]) -> No
     try:
         profile.from_mapping(document, source="fuzz.toml")
     except ProfileError as exc:
+        faults = document.get("faults")
         for problem in exc.problems:
             assert problem.file == "fuzz.toml" and problem.field and problem.message
             text = str(problem)
-            assert text.startswith("fuzz.toml: ")
+            if problem.rule is None:  # a top-level key: named as such
+                assert problem.field in document or problem.field in ("name", "seed", "faults"), text
+                assert text.startswith(f"fuzz.toml: {problem.field}: "), text
+            else:  # a rule's key: the rule by index (and name), then the field
+                assert isinstance(faults, list) and 0 <= problem.rule < len(faults), text
+                assert text.startswith(f"fuzz.toml: faults[{problem.rule}]"), text
+                rule = faults[problem.rule]
+                keys = set(rule) if isinstance(rule, dict) else set()
+                assert problem.field == "*" or problem.field.split(".")[0] in keys | {"type"}, text

@@ -1,14 +1,15 @@
 """Newline-delimited JSON-RPC 2.0 as MCP's stdio transport frames it.
 
-A line is parsed at most once. Lines that are not a JSON-RPC object (invalid UTF-8, non-JSON,
-batches, scalars) come back as ``MessageKind.OPAQUE``: the proxy relays them untouched and the
-fault engine never sees them.
+A line is parsed once (twice when its id is a float: see ``parse``). Lines that are not a JSON-RPC
+object (invalid UTF-8, non-JSON, batches, scalars, responses whose id no request can have) come back
+as ``MessageKind.OPAQUE``: the proxy relays them untouched and the fault engine never sees them.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from typing import Any, NamedTuple
 
 import orjson
@@ -21,7 +22,23 @@ INTERNAL_ERROR = -32603
 # Implementation-defined server error. -32020..-32099 are reserved by the 2026-07-28 revision.
 UPSTREAM_UNAVAILABLE = -32000
 
-_decoder = json.JSONDecoder()
+
+class NonFinite(float):
+    """NaN or ±Infinity as a peer sent it (not JSON, but Python's json reads and writes it).
+
+    A float subclass so that orjson refuses to encode it (it would write ``null``): ``encode``
+    then falls back to the standard library, which writes it back as it came.
+    """
+
+    __slots__ = ()
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    return NonFinite(value) if math.isinf(value) else value  # 1e999
+
+
+_decoder = json.JSONDecoder(parse_constant=NonFinite, parse_float=_parse_float)
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -58,11 +75,15 @@ class Message(NamedTuple):
 def parse(line: bytes) -> Message:
     """Classify one line (with or without its trailing newline) without ever raising."""
     try:
-        # orjson is ~5x faster than json; it refuses what JSON-RPC peers still send at times (integers
-        # beyond 64 bits, NaN), and then the standard library decides.
-        return _classify(orjson.loads(line))
+        # orjson is ~5x faster than json; it refuses what JSON-RPC peers still send at times (NaN,
+        # 1e999), and then the standard library decides. It reads integers beyond 64 bits as floats:
+        # an id that comes back as a float is read again by the standard library, so it stays exact.
+        body = orjson.loads(line)
     except (orjson.JSONDecodeError, RecursionError):
         pass
+    else:
+        if body.__class__ is not dict or body.get("id").__class__ is not float:
+            return _classify(body)
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -99,7 +120,10 @@ def _classify(body: Any) -> Message:
             return Message(MessageKind.NOTIFICATION, body)
         return Message(MessageKind.OPAQUE, None, f"a request id of JSON type {type(body['id']).__name__}")
     if "id" in body and ("result" in body or "error" in body):
-        return Message(MessageKind.RESPONSE, body)
+        if valid_id(body["id"]):
+            return Message(MessageKind.RESPONSE, body)
+        # An id that no request can have (true, an object): matching it could only pair it with the wrong one.
+        return Message(MessageKind.OPAQUE, None, f"a response id of JSON type {type(body['id']).__name__}")
     return Message(MessageKind.OPAQUE, None, "a JSON object that is neither request, notification nor response")
 
 
@@ -114,8 +138,15 @@ def id_key(request_id: object) -> tuple[bool, object]:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One compact JSON line. json escapes control characters, so the line has no embedded newline."""
-    return (_encoder.encode(message) + "\n").encode("utf-8")
+    """One compact JSON line; control characters are escaped, so the line has no embedded newline.
+
+    orjson writes what the standard library writes (measured: ~5x faster); what it refuses (integers
+    beyond 64 bits, ``NonFinite``, lone surrogates) goes to the standard library.
+    """
+    try:
+        return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return (_encoder.encode(message) + "\n").encode("utf-8")
 
 
 def error_response(request_id: object, code: int, message: str, data: Any = None) -> dict[str, Any]:

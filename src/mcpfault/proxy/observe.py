@@ -19,7 +19,7 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SpanHandle, SpanRecorder, parse_traceparent
+from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder, parse_traceparent
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.tracing import span_name
 
@@ -65,6 +65,18 @@ class TelemetryObserver:
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
         self._attributes = dict(attributes) if attributes else None
         self._clock = _Clock()
+        # The attributes every span of a direction starts with: built once, shared, never mutated.
+        fixed = self._attributes or {}
+        self._from_client = {
+            names.NETWORK_TRANSPORT: transport,
+            names.DIRECTION: names.DIRECTION_CLIENT_TO_SERVER,
+            **fixed,
+        }
+        self._from_server = {
+            names.NETWORK_TRANSPORT: transport,
+            names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT,
+            **fixed,
+        }
 
     def started(
         self, call: Call, decision: Decision, started: float, *, from_server: bool = False
@@ -73,32 +85,17 @@ class TelemetryObserver:
             self._metrics.request_started()
         if self._recorder is None:
             return None
+        # Only what the span's identity needs is done here; its attributes are built on the span
+        # writer's thread when it ends (``_ending``), off the request's path.
         meta = call.params.get("_meta")
-        attributes: dict[str, Any] = {
-            names.MCP_METHOD_NAME: call.method,
-            names.JSONRPC_REQUEST_ID: str(call.request_id),
-            names.NETWORK_TRANSPORT: self._transport,
-            names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT if from_server else names.DIRECTION_CLIENT_TO_SERVER,
-        }
-        if self._attributes is not None:
-            attributes.update(self._attributes)
-        tool = call.target if call.method == "tools/call" else None
-        if tool is not None:
-            attributes[names.GEN_AI_TOOL_NAME] = tool
-            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
-        if decision.applied:
-            first = decision.applied[0]
-            attributes[names.FAULT_TYPE] = first.type_name
-            attributes[names.FAULT_MODE] = first.mode
-            attributes[names.FAULT_RULE] = first.rule
         traceparent = tracestate = None
         if isinstance(meta, dict):
             traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
         return self._recorder.start(
-            span_name(call.method, tool),
+            span_name(call.method, call.target if call.method == "tools/call" else None),
             SpanKind.SERVER,
             traceparent,
-            attributes,
+            self._from_server if from_server else self._from_client,
             self._clock.unix_ns(started),
             tracestate=tracestate,
         )
@@ -117,7 +114,7 @@ class TelemetryObserver:
         if self._metrics is not None:
             self._count(outcome, span)
         if span is not None:
-            self._end(span, outcome)
+            self._recorder.end_later(span, self._ending, outcome)  # type: ignore[union-attr]
 
     def upstream_exited(self, exit_code: int) -> None:
         if self._metrics is not None:
@@ -138,12 +135,23 @@ class TelemetryObserver:
         for applied in outcome.decision.applied:
             self._metrics.fault_injected(applied.type_name, applied.mode, trace_id)
 
-    def _end(self, span: SpanHandle, outcome: Finished) -> None:
-        assert self._recorder is not None
+    def _ending(self, outcome: Finished) -> Ending:
+        """The span's attributes, events and status; runs on the span writer's thread."""
+        call = outcome.call
         attributes: dict[str, Any] = {
-            names.UPSTREAM_CONTACTED: outcome.upstream_contacted,
-            names.CLIENT_RECEIVED: outcome.received,
+            names.MCP_METHOD_NAME: call.method,
+            names.JSONRPC_REQUEST_ID: str(call.request_id),
         }
+        if call.method == "tools/call" and call.target is not None:
+            attributes[names.GEN_AI_TOOL_NAME] = call.target
+            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+        if outcome.decision.applied:
+            first = outcome.decision.applied[0]
+            attributes[names.FAULT_TYPE] = first.type_name
+            attributes[names.FAULT_MODE] = first.mode
+            attributes[names.FAULT_RULE] = first.rule
+        attributes[names.UPSTREAM_CONTACTED] = outcome.upstream_contacted
+        attributes[names.CLIENT_RECEIVED] = outcome.received
         if outcome.protocol_version:
             attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
         events: list[tuple[str, int, dict[str, Any]]] = []
@@ -165,7 +173,7 @@ class TelemetryObserver:
                 attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
             error = (outcome.received,)
         # The client gets the answer after any injected delay: that is when the request ends for it.
-        self._recorder.end(span, attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s))
+        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s)
 
 
 def _error_type(outcome: Finished) -> str | None:

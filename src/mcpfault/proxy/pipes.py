@@ -48,18 +48,16 @@ class LineSplitter:
 class StopSignal:
     """A pipe that, once written, makes every ``poll`` watching it return: the way to end threads."""
 
+    __slots__ = ("_write_fd", "is_set", "read_fd")
+
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe()
-        self._set = False
+        self.is_set = False  # a plain attribute, not a property: it is read once per message per thread
 
     def set(self) -> None:
-        if not self._set:
-            self._set = True
+        if not self.is_set:
+            self.is_set = True
             os.write(self._write_fd, b"x")
-
-    @property
-    def is_set(self) -> bool:
-        return self._set
 
     def close(self) -> None:
         for fd in (self.read_fd, self._write_fd):

@@ -61,6 +61,7 @@ class StdioProxy:
         self._client_gone = False
         self._ending = False
         self._core_failed_logged = False
+        self._client_mid_line = False  # the server's last bytes were a partial line (it died mid-write, say)
         self._client_lines = pipes.LineSplitter()
         self._server_lines = pipes.LineSplitter()
         self._loop_thread = threading.get_ident()
@@ -124,6 +125,7 @@ class StdioProxy:
         rest = self._server_lines.rest()
         if rest:
             self._relay([rest], self.core.from_server, To.CLIENT)
+            self._client_mid_line = True
         self._server_stdout_closed.set()
 
     def _relay(self, lines: list[bytes], handle: Callable[[bytes], list[Emit]], natural: To) -> None:
@@ -214,6 +216,9 @@ class StdioProxy:
         self._delayed.clear()
         with self._core_lock:
             emits = [emit for emit, _ in held] + self.core.upstream_exited(status)
+        if self._client_mid_line and any(emit.to is To.CLIENT for emit in emits):
+            # End the server's partial line first: glued to it, our own answers would be lost too.
+            emits.insert(0, Emit(To.CLIENT, b"\n"))
         # Bounded: a client that stops reading cannot keep the proxy alive.
         with anyio.move_on_after(FLUSH_TO_CLIENT_S):
             await self._write(emits)
