@@ -426,7 +426,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         sys.stderr.flush()
 
     try:
-        status = anyio.run(http.serve, proxy, listen, announce)
+        status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
     finally:
         if events is not None:
             events.close()
