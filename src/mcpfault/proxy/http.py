@@ -36,7 +36,7 @@ from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http_sessions import Sessions
 from mcpfault.proxy.http_stdio import StdioBridge
-from mcpfault.proxy.upstream import UpstreamPool
+from mcpfault.proxy.upstream import UpstreamPool, UpstreamResponse
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -156,7 +156,7 @@ class HttpProxy:
         self._limits = limits
         self._token = token.encode() if token else None
         self._pool: UpstreamPool | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self.url = ""
 
     @property
@@ -182,9 +182,15 @@ class HttpProxy:
                 max_connections=self._limits.max_connections,
                 connect_timeout_s=self._limits.connect_timeout_s,
             )
-        app = web.Application(client_max_size=self._limits.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # aiohttp's low-level server: one handler for every path, no router or application layer
+        # (together ~30 us a request here); its requests still enforce the body limit.
+        loop, max_body = asyncio.get_running_loop(), self._limits.max_body_bytes
+
+        def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_body)
+
+        server = web.Server(self._dispatch, request_factory=make_request, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server)
         await self._runner.setup()
         site = web.TCPSite(self._runner, listen.host, listen.port, shutdown_timeout=1.0)
         try:
@@ -209,7 +215,7 @@ class HttpProxy:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
             return await self._handle(request)
         except (asyncio.CancelledError, web.HTTPException):
@@ -219,7 +225,7 @@ class HttpProxy:
             message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
             return _error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if self._token is not None:
             given = request.headers.get(TOKEN_HEADER, "").encode()
             if not hmac.compare_digest(given, self._token):
@@ -235,7 +241,7 @@ class HttpProxy:
 
     # -- POST: one JSON-RPC message -------------------------------------------------------------
 
-    async def _post(self, request: web.Request) -> web.StreamResponse:
+    async def _post(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
@@ -340,7 +346,7 @@ class HttpProxy:
 
     # -- everything else: relayed as it is ------------------------------------------------------
 
-    async def _relay(self, request: web.Request, core: ProxyCore | None) -> web.StreamResponse:
+    async def _relay(self, request: web.BaseRequest, core: ProxyCore | None) -> web.StreamResponse:
         if self._bridge is not None:  # no sessions, no server-side stream, nothing but the MCP endpoint
             if request.path != self._mcp_path:
                 return _error_response(404, None, f"mcpfault: nothing here; the MCP endpoint is {self._mcp_path}")
@@ -382,7 +388,7 @@ class _Exchange:
     """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
 
     def __init__(
-        self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
+        self, request: web.BaseRequest, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
     ) -> None:
         self.request = request
         self.core = core
@@ -551,24 +557,26 @@ async def _write_event(response: web.StreamResponse, event: sse.Event, emits: Se
             await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
 
 
-def _abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
+def _abort(request: web.BaseRequest, response: web.StreamResponse | None = None) -> web.StreamResponse:
     """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
     if request.transport is not None:
         request.transport.abort()
     return response if response is not None else web.Response(status=204)
 
 
-def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED)
-    out["Accept-Encoding"] = "identity"  # the proxy reads answers: no compression to undo
+def _forwarded(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
+    out = [(k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED]
+    out.append(("Accept-Encoding", "identity"))  # the proxy reads answers: no compression to undo
     return out
 
 
 def _relayed(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_RELAYED)
+    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in _NOT_RELAYED])
 
 
 async def _read_limited(answer: UpstreamAnswer, limit: int) -> bytes:
+    if isinstance(answer, UpstreamResponse):
+        return await answer.body(limit)
     chunks, size = [], 0
     async for chunk in answer.content.iter_any():
         size += len(chunk)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable
 from typing import cast
 
 import httptools
@@ -98,6 +98,24 @@ class UpstreamResponse:
             self._wakeup = asyncio.get_running_loop().create_future()
             await self._wakeup
             self._wakeup = None
+
+    async def body(self, limit: int) -> bytes:
+        """The whole body (a JSON answer); ValueError past ``limit`` bytes. No backpressure: it is bounded."""
+        while not self._complete:
+            if self._error is not None:
+                raise self._error
+            if self._buffered > limit:
+                break
+            self._connection.resume()
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+            self._wakeup = None
+        if self._buffered > limit:
+            raise ValueError(f"sent a body larger than {limit} bytes")
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        return data
 
     async def read(self, n: int = -1) -> bytes:
         async for chunk in self.iter_any():
@@ -235,11 +253,11 @@ class UpstreamPool:
         self._closed = False
 
     async def request(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes = b""
+        self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes = b""
     ) -> UpstreamResponse:
         """Send one request; return once the answer's status and headers arrived."""
         head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        head.extend(f"{name}: {value}\r\n" for name, value in headers)
         if body or method not in ("GET", "HEAD", "DELETE"):
             head.append(f"Content-Length: {len(body)}\r\n")
         head.append("\r\n")
