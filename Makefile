@@ -28,6 +28,7 @@ bench: $(STAMP)
 		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py"
+	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
 	$(BIN)/python benchmarks/memory.py
 
 setup: $(STAMP) $(NPM_STAMP) prometheus
