@@ -97,6 +97,12 @@ async def test_everything_over_http_through_the_proxy(everything: str, tmp_path:
                 )
                 answered_after = time.monotonic() - progress.started
                 sampled = await client.call_tool("trigger-sampling-request", {"prompt": "ping", "maxTokens": 16})
+                # Simulated logging: log notifications come on the server's own GET stream, relayed.
+                await client.call_tool("toggle-simulated-logging", {})
+                with anyio.fail_after(10):
+                    while not logs:
+                        await anyio.sleep(0.05)
+                await client.call_tool("toggle-simulated-logging", {})
                 structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
         events = proxy.events()
     assert {"echo", "trigger-long-running-operation", "trigger-sampling-request"} <= {t.name for t in listing.tools}
@@ -108,7 +114,15 @@ async def test_everything_over_http_through_the_proxy(everything: str, tmp_path:
     assert "sampled-answer-42" in sampled.content[0].text  # type: ignore[union-attr]
     assert structured.structured_content and structured.structured_content["conditions"]
     tools = [e["tool"] for e in events if e["method"] == "tools/call"]
-    assert tools == ["echo", "trigger-long-running-operation", "trigger-sampling-request", "get-structured-content"]
+    assert logs
+    assert tools == [
+        "echo",
+        "trigger-long-running-operation",
+        "trigger-sampling-request",
+        "toggle-simulated-logging",
+        "toggle-simulated-logging",
+        "get-structured-content",
+    ]
     assert all(e["client_received"] == "response" and e["era"] == "legacy" for e in events)
 
 

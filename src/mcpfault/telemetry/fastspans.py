@@ -51,7 +51,7 @@ MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
-YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each)
+YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
 _HEX: Final = frozenset("0123456789abcdef")
 _MAX_TRACESTATE: Final = 512  # the W3C limit on the header's length
 
@@ -359,9 +359,10 @@ class SpanRecorder:
                 spans.append(_json_span(handle, *ending))
             else:
                 spans.append(_json_span(*item))
-            if not index % YIELD_EVERY:
+            if not index % YIELD_EVERY and len(self._queue) < BATCH_SPANS:
                 # Let the relay threads have the GIL: otherwise a request arriving now waits for the
-                # interpreter's switch interval (5 ms) while a whole batch is encoded.
+                # interpreter's switch interval (5 ms) while a whole batch is encoded. Not with a
+                # backlog: yielding then starved the writer and the queue grew by 76 MiB in 100k calls.
                 time.sleep(0)
         return {"resourceSpans": [{**self._resource_entry, "scopeSpans": [{"scope": self._scope, "spans": spans}]}]}
 
