@@ -8,9 +8,10 @@ for byte). HTTP-level faults (``HttpAction``) are carried out here: a status ins
 a dropped connection, a stream cut before the answer, a 404 for a live session, a held first byte.
 
 GET (the server's own SSE stream) and DELETE on the MCP endpoint, and anything on other paths,
-are relayed as they are; events on the GET stream still pass the session's core. aiohttp runs both
-sides: its server cancels a handler whose client went away, which closes the upstream request
-(in the 2026-07-28 era, closing the stream is how a request is cancelled).
+are relayed as they are; events on the GET stream still pass the session's core. Both sides are
+ours, on asyncio protocols and httptools (http_server.py, upstream.py; aiohttp cost more than a whole
+stdlib relay): a client going away cancels its handler, which closes the upstream request (in the
+2026-07-28 era, closing the stream is how a request is cancelled).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 import structlog
-from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -32,6 +32,7 @@ from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpAction, HttpFailure
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http_sessions import Sessions
@@ -71,7 +72,7 @@ class _Body(Protocol):
 
 
 class UpstreamAnswer(Protocol):
-    """The parts of an answer the proxy reads: an aiohttp response, or the stdio bridge's."""
+    """The parts of an answer the proxy reads: the upstream pool's response, or the stdio bridge's."""
 
     @property
     def status(self) -> int: ...
@@ -156,7 +157,7 @@ class HttpProxy:
         self._limits = limits
         self._token = token.encode() if token else None
         self._pool: UpstreamPool | None = None
-        self._runner: web.ServerRunner | None = None
+        self._server: web.HttpServer | None = None
         self.url = ""
 
     @property
@@ -182,50 +183,37 @@ class HttpProxy:
                 max_connections=self._limits.max_connections,
                 connect_timeout_s=self._limits.connect_timeout_s,
             )
-        # aiohttp's low-level server: one handler for every path, no router or application layer
-        # (together ~30 us a request here); its requests still enforce the body limit.
-        loop, max_body = asyncio.get_running_loop(), self._limits.max_body_bytes
-
-        def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
-            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_body)
-
-        server = web.Server(self._dispatch, request_factory=make_request, handler_cancellation=True, access_log=None)
-        self._runner = web.ServerRunner(server)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, listen.host, listen.port, shutdown_timeout=1.0)
+        self._server = web.HttpServer(self._dispatch, max_body_bytes=self._limits.max_body_bytes)
         try:
-            await site.start()
+            port = await self._server.listen(listen.host, listen.port)
         except OSError as exc:
             await self.close()
             raise UsageError(f"--listen {listen.host}:{listen.port}: cannot listen ({exc.strerror})") from None
-        port = listen.port
-        for address in self._runner.addresses:  # the port the system chose when asked for 0
-            port = address[1] if isinstance(address, tuple) else port
         host = f"[{listen.host}]" if ":" in listen.host else listen.host
         self.url = f"http://{host}:{port}{self._mcp_path}"
         return self.url
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self._handle(request)
-        except (asyncio.CancelledError, web.HTTPException):
+        except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug of ours: the client still gets JSON-RPC, never a plain-text 500
             log.exception("the HTTP proxy failed on a request", path=request.path, method=request.method)
             message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
             return _error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self._token is not None:
             given = request.headers.get(TOKEN_HEADER, "").encode()
             if not hmac.compare_digest(given, self._token):
@@ -241,15 +229,15 @@ class HttpProxy:
 
     # -- POST: one JSON-RPC message -------------------------------------------------------------
 
-    async def _post(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _post(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
+        except web.BodyTooLarge:
             return _error_response(
                 413,
                 None,
                 f"mcpfault: the request body is larger than {self._limits.max_body_bytes} bytes "
-                f"({exc.text or 'too large'}); send less, or start the proxy with a larger --max-body-bytes",
+                "; send less, or start the proxy with a larger --max-body-bytes",
             )
         session_id = request.headers.get(SESSION_HEADER)
         if session_id:
@@ -346,7 +334,7 @@ class HttpProxy:
 
     # -- everything else: relayed as it is ------------------------------------------------------
 
-    async def _relay(self, request: web.BaseRequest, core: ProxyCore | None) -> web.StreamResponse:
+    async def _relay(self, request: web.Request, core: ProxyCore | None) -> web.StreamResponse:
         if self._bridge is not None:  # no sessions, no server-side stream, nothing but the MCP endpoint
             if request.path != self._mcp_path:
                 return _error_response(404, None, f"mcpfault: nothing here; the MCP endpoint is {self._mcp_path}")
@@ -354,7 +342,7 @@ class HttpProxy:
         assert self._pool is not None
         try:
             body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+        except web.BodyTooLarge:
             return _error_response(413, None, f"mcpfault: the body is larger than {self._limits.max_body_bytes} bytes")
         try:
             answer = await self._pool.request(request.method, request.raw_path, _forwarded(request.headers), body)
@@ -388,7 +376,7 @@ class _Exchange:
     """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
 
     def __init__(
-        self, request: web.BaseRequest, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
+        self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
     ) -> None:
         self.request = request
         self.core = core
@@ -557,10 +545,9 @@ async def _write_event(response: web.StreamResponse, event: sse.Event, emits: Se
             await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
 
 
-def _abort(request: web.BaseRequest, response: web.StreamResponse | None = None) -> web.StreamResponse:
+def _abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
     """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
-    if request.transport is not None:
-        request.transport.abort()
+    request.abort()
     return response if response is not None else web.Response(status=204)
 
 

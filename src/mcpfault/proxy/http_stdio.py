@@ -5,7 +5,7 @@ is written to its stdin under an id of the bridge's own (clients may all use id 
 server writes on the way to the answer comes back as the POST's SSE stream, with the client's id
 restored: progress notifications by their ``progressToken``, other messages and the server's own
 requests (sampling) on the most recent request still waiting. The bridge looks like an HTTP
-upstream to the proxy (``BridgeAnswer`` has the parts of an aiohttp response the proxy reads), so
+upstream to the proxy (``BridgeAnswer`` has the parts of an upstream response the proxy reads), so
 every fault, HTTP-level ones included, acts exactly as in front of a real HTTP server.
 
 Requests cross with a new id, so unlike the other transports their bytes change on the way. The
