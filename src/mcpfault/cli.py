@@ -374,6 +374,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.faults import profile
     from mcpfault.proxy import http, summary
     from mcpfault.proxy.events import EventSink, JsonlEventSink
+    from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
     from mcpfault.proxy.http_stdio import StdioBridge
     from mcpfault.proxy.setup import ProxyTelemetry
@@ -418,7 +419,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         attributes=attributes,
     )
     sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
-    limits = http.Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
+    limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
 
     def announce(url: str) -> None:

@@ -19,25 +19,34 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 from mcpfault.errors import UsageError
-from mcpfault.faults.base import HttpAction, HttpFailure
+from mcpfault.faults.base import HttpAction
 from mcpfault.protocol import jsonrpc
-from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.http_exchange import (
+    SSE,
+    Exchange,
+    Limits,
+    UpstreamAnswer,
+    abort,
+    error_response,
+    read_limited,
+    relayed_headers,
+    write_event,
+)
 from mcpfault.proxy.http_sessions import Sessions
 from mcpfault.proxy.http_stdio import StdioBridge
-from mcpfault.proxy.upstream import UpstreamPool, UpstreamResponse
+from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -61,40 +70,6 @@ _NOT_FORWARDED = frozenset(
         TOKEN_HEADER.lower(),
     }
 )
-_NOT_RELAYED = frozenset({*_NOT_FORWARDED, "date", "server"})
-_SSE = "text/event-stream"
-
-
-class _Body(Protocol):
-    def iter_any(self) -> AsyncIterator[bytes]: ...
-
-    async def read(self, n: int = -1) -> bytes: ...
-
-
-class UpstreamAnswer(Protocol):
-    """The parts of an answer the proxy reads: the upstream pool's response, or the stdio bridge's."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    @property
-    def content(self) -> _Body: ...
-
-    def close(self) -> None: ...
-
-    def release(self) -> Any: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_body_bytes: int = 16 * 1024 * 1024  # a client's request body; more gets 413
-    max_response_bytes: int = 64 * 1024 * 1024  # an upstream JSON body or one SSE event; more gets 502
-    connect_timeout_s: float = 10.0
-    hold_s: float = 300.0  # how long a request whose answer a fault lost stays open before the proxy closes it
-    max_connections: int = 256  # pooled connections to the upstream
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +122,14 @@ class HttpProxy:
         sessions: Sessions,
         upstream: URL | StdioBridge,
         *,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         token: str | None = None,
     ) -> None:
         self._sessions = sessions
         self._bridge = upstream if isinstance(upstream, StdioBridge) else None
         self._upstream = upstream if isinstance(upstream, URL) else URL("http://stdio/mcp")
         self._mcp_path = self._upstream.path or "/"
-        self._limits = limits
+        self._limits = limits if limits is not None else Limits()
         self._token = token.encode() if token else None
         self._pool: UpstreamPool | None = None
         self._server: web.HttpServer | None = None
@@ -211,13 +186,13 @@ class HttpProxy:
         except Exception as exc:  # a bug of ours: the client still gets JSON-RPC, never a plain-text 500
             log.exception("the HTTP proxy failed on a request", path=request.path, method=request.method)
             message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
-            return _error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
+            return error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self._token is not None:
             given = request.headers.get(TOKEN_HEADER, "").encode()
             if not hmac.compare_digest(given, self._token):
-                return _error_response(401, None, f"mcpfault: missing or wrong {TOKEN_HEADER} header")
+                return error_response(401, None, f"mcpfault: missing or wrong {TOKEN_HEADER} header")
         if request.path == self._mcp_path and request.method == "POST":
             return await self._post(request)
         session_id = request.headers.get(SESSION_HEADER)
@@ -233,7 +208,7 @@ class HttpProxy:
         try:
             body = await request.read()
         except web.BodyTooLarge:
-            return _error_response(
+            return error_response(
                 413,
                 None,
                 f"mcpfault: the request body is larger than {self._limits.max_body_bytes} bytes "
@@ -251,7 +226,7 @@ class HttpProxy:
             emits = [Emit(To.SERVER, body)]
         upstream = next((e for e in emits if e.to is To.SERVER), None)
         to_client = [e for e in emits if e.to is To.CLIENT]
-        exchange = _Exchange(request, core, body, session_id, self._limits)
+        exchange = Exchange(request, core, body, session_id, self._limits)
         try:
             if upstream is None:
                 return await exchange.answer_locally(to_client)
@@ -264,7 +239,7 @@ class HttpProxy:
                 # Outside a session nothing can resume this stream: its answer is gone for good.
                 core.end(exchange.request_id, "nothing")
 
-    async def _forward(self, exchange: _Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
+    async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         request = exchange.request
         answer: UpstreamAnswer
         try:
@@ -285,7 +260,7 @@ class HttpProxy:
         return response
 
     async def _relay_answer(
-        self, exchange: _Exchange, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
+        self, exchange: Exchange, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
     ) -> web.StreamResponse:
         core, status = exchange.core, answer.status
         new_session = answer.headers.get(SESSION_HEADER)
@@ -297,17 +272,17 @@ class HttpProxy:
         content_type = answer.headers.get("Content-Type", "").lower()
         if status >= 300 or (status != 200 and exchange.request_id is None):
             # Not an answer to judge (202 for a notification, a 4xx or 5xx): relayed as it came.
-            data = await _read_limited(answer, self._limits.max_response_bytes)
+            data = await read_limited(answer, self._limits.max_response_bytes)
             if exchange.request_id is not None:
                 if content_type.startswith("application/json"):
                     core.from_server(data)  # a JSON-RPC error in the body ends the request the usual way
                 core.end(exchange.request_id, "http_error")
-            return web.Response(status=status, headers=_relayed(answer.headers), body=data)
-        if content_type.startswith(_SSE):
+            return web.Response(status=status, headers=relayed_headers(answer.headers), body=data)
+        if content_type.startswith(SSE):
             return await exchange.relay_stream(answer, action, notes)
         if content_type.startswith("application/json") or exchange.request_id is None:
             try:
-                data = await _read_limited(answer, self._limits.max_response_bytes)
+                data = await read_limited(answer, self._limits.max_response_bytes)
             except ValueError as exc:
                 return exchange.bad_gateway(self.upstream_label, str(exc))
             return await exchange.relay_json(answer, data, action, notes)
@@ -317,7 +292,7 @@ class HttpProxy:
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
 
-    def _unreachable(self, exchange: _Exchange, exc: BaseException) -> web.Response:
+    def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__
         message = f"mcpfault: cannot reach the upstream MCP server {self.upstream_label}: {reason}"
         log.warning("upstream unreachable", upstream=self.upstream_label, error=reason)
@@ -337,24 +312,24 @@ class HttpProxy:
     async def _relay(self, request: web.Request, core: ProxyCore | None) -> web.StreamResponse:
         if self._bridge is not None:  # no sessions, no server-side stream, nothing but the MCP endpoint
             if request.path != self._mcp_path:
-                return _error_response(404, None, f"mcpfault: nothing here; the MCP endpoint is {self._mcp_path}")
+                return error_response(404, None, f"mcpfault: nothing here; the MCP endpoint is {self._mcp_path}")
             return web.Response(status=405, headers={"Allow": "POST"})
         assert self._pool is not None
         try:
             body = await request.read()
         except web.BodyTooLarge:
-            return _error_response(413, None, f"mcpfault: the body is larger than {self._limits.max_body_bytes} bytes")
+            return error_response(413, None, f"mcpfault: the body is larger than {self._limits.max_body_bytes} bytes")
         try:
             answer = await self._pool.request(request.method, request.raw_path, _forwarded(request.headers), body)
         except (TimeoutError, OSError) as exc:
             message = (
                 f"mcpfault: cannot reach the upstream MCP server {self.upstream_label}: {exc or type(exc).__name__}"
             )
-            return _error_response(502, None, message)
+            return error_response(502, None, message)
         try:
-            response = web.StreamResponse(status=answer.status, headers=_relayed(answer.headers))
+            response = web.StreamResponse(status=answer.status, headers=relayed_headers(answer.headers))
             await response.prepare(request)
-            streamed = answer.headers.get("Content-Type", "").startswith(_SSE)
+            streamed = answer.headers.get("Content-Type", "").startswith(SSE)
             splitter = sse.EventSplitter(self._limits.max_response_bytes) if core is not None and streamed else None
             async for chunk in answer.content.iter_any():
                 if splitter is None:
@@ -362,225 +337,20 @@ class HttpProxy:
                     continue
                 for event in splitter.feed(chunk):
                     emits = core.from_server(event.data) if core is not None and event.data is not None else None
-                    await _write_event(response, event, emits)
+                    await write_event(response, event, emits)
             await response.write_eof()
             return response
         except (TimeoutError, OSError, ValueError):
-            _abort(request)  # the upstream broke off: so does the stream it was feeding
+            abort(request)  # the upstream broke off: so does the stream it was feeding
             return response
         finally:
             answer.close()
-
-
-class _Exchange:
-    """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
-
-    def __init__(
-        self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
-    ) -> None:
-        self.request = request
-        self.core = core
-        self.body = body
-        self.session_id = session_id
-        self._limits = limits
-        self._request_id: Any = ...
-
-    @property
-    def request_id(self) -> Any:
-        """The JSON-RPC id, when the body is a request (None otherwise). Parsed only when needed."""
-        if self._request_id is ...:
-            message = jsonrpc.parse(self.body)
-            self._request_id = message.body.get("id") if message.kind is MessageKind.REQUEST and message.body else None
-        return self._request_id
-
-    async def answer_locally(self, emits: list[Emit]) -> web.StreamResponse:
-        """The engine answered in the server's place (or broke the exchange before it left)."""
-        action = next((e.http for e in emits if e.http is not None), None)
-        if action is not None:
-            return await self.fail(action)
-        return await self._deliver(emits, status=200, headers=CIMultiDict())
-
-    async def fail(self, action: HttpAction) -> web.StreamResponse:
-        if action.failure is HttpFailure.RESET:
-            return _abort(self.request)
-        if action.failure is HttpFailure.SESSION_EXPIRED:
-            return _error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
-        try:
-            reason = HTTPStatus(action.status).phrase
-        except ValueError:  # a status the standard library has no name for, such as 599
-            reason = "Error"
-        return web.Response(status=action.status, headers=dict(action.headers), text=f"{action.status} {reason}\n")
-
-    async def relay_json(
-        self, answer: UpstreamAnswer, data: bytes, action: HttpAction | None, notes: list[Emit]
-    ) -> web.StreamResponse:
-        headers = _relayed(answer.headers)
-        if action is not None and action.failure is HttpFailure.STREAM_CUT:
-            # Sent as a stream so that it can be cut: the notes (up to the cut) and then the end.
-            headers["Content-Type"] = _SSE
-            response = await self._open_stream(answer.status, headers, action)
-            for note in notes[: action.after_events]:
-                await response.write(sse.encode(note.data))
-            self.core.end(self.request_id, "stream_cut")
-            await response.write_eof()
-            return response
-        emits = [e for e in self.core.from_server(data) if e.to is To.CLIENT]
-        if action is not None and action.failure is HttpFailure.RESET:
-            return _abort(self.request)
-        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
-            await asyncio.sleep(action.delay_s)
-        return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
-
-    async def relay_stream(
-        self, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
-    ) -> web.StreamResponse:
-        if action is not None and action.failure is HttpFailure.RESET:
-            # The server finishes its work and answers; the connection drops before a byte of it leaves.
-            for line in _sse_data(await _read_limited(answer, self._limits.max_response_bytes)):
-                self.core.from_server(line)
-            self.core.end(self.request_id, "reset")
-            return _abort(self.request)
-        cut = action if action is not None and action.failure is HttpFailure.STREAM_CUT else None
-        response = await self._open_stream(answer.status, _relayed(answer.headers), action)
-        relayed = 0
-        for note in notes:
-            if cut is not None and relayed >= cut.after_events:
-                break
-            await response.write(sse.encode(note.data))
-            relayed += 1
-        splitter = sse.EventSplitter(self._limits.max_response_bytes)
-        lost = False
-        try:
-            async for chunk in answer.content.iter_any():
-                for event in splitter.feed(chunk):
-                    if event.data is None:
-                        await response.write(event.raw)
-                        continue
-                    if cut is not None and (relayed >= cut.after_events or self._answers(event.data)):
-                        self.core.end(self.request_id, "stream_cut")
-                        await response.write_eof()
-                        return response
-                    emits = [e for e in self.core.from_server(event.data) if e.to is To.CLIENT]
-                    lost = lost or not emits
-                    await _write_event(response, event, emits)
-                    relayed += 1
-        except (TimeoutError, OSError, ValueError) as exc:
-            await self._broken(response, exc)
-            return response
-        if lost:
-            return await self._hold(response)
-        await response.write_eof()
-        return response
-
-    async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
-        """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
-        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
-        data = {"mcpfault": {"reason": "upstream_broke_off"}}
-        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        if self.request_id is not None and self.core.end(self.request_id, "upstream_exited", reply=reply):
-            await response.write(sse.encode(reply))
-        await response.write_eof()
-
-    def bad_gateway(self, upstream: str, what: str) -> web.Response:
-        message = f"mcpfault: the upstream MCP server {upstream} {what}"
-        data = {"mcpfault": {"reason": "bad_upstream_answer", "upstream": upstream}}
-        body = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        self.core.end(self.request_id, "error", reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE)
-        return web.Response(status=502, body=body, content_type="application/json")
-
-    def _answers(self, data: bytes) -> bool:
-        message = jsonrpc.parse(data)
-        return (
-            message.kind is MessageKind.RESPONSE
-            and message.body is not None
-            and (jsonrpc.valid_id(message.body.get("id")) and message.body.get("id") == self.request_id)
-        )
-
-    async def _open_stream(
-        self, status: int, headers: CIMultiDict[str], action: HttpAction | None
-    ) -> web.StreamResponse:
-        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
-            await asyncio.sleep(action.delay_s)
-        headers["Content-Type"] = headers.get("Content-Type", _SSE)
-        response = web.StreamResponse(status=status, headers=headers)
-        await response.prepare(self.request)
-        return response
-
-    async def _deliver(self, emits: Sequence[Emit], *, status: int, headers: CIMultiDict[str]) -> web.StreamResponse:
-        """One message as a JSON body; several (notifications first) as an SSE stream; none: held open."""
-        if not emits:
-            return await self._hold(None)  # not even the headers: a server that never answers
-        if len(emits) == 1:
-            emit = emits[0]
-            if emit.delay_s:
-                await asyncio.sleep(emit.delay_s)
-            headers["Content-Type"] = "application/json"
-            return web.Response(status=status, headers=headers, body=emit.data)
-        headers["Content-Type"] = _SSE
-        response = await self._open_stream(status, headers, None)
-        for emit in emits:
-            if emit.delay_s:
-                await asyncio.sleep(emit.delay_s)
-            await response.write(sse.encode(emit.data))
-        await response.write_eof()
-        return response
-
-    async def _hold(self, response: web.StreamResponse | None) -> web.StreamResponse:
-        """A lost answer: the client waits, as it would for a server that never answers, until it
-        gives up (its disconnect cancels this) or ``hold_s`` passes and the proxy closes the connection."""
-        await asyncio.sleep(self._limits.hold_s)
-        return _abort(self.request) if response is None else _abort(self.request, response)
-
-
-async def _write_event(response: web.StreamResponse, event: sse.Event, emits: Sequence[Emit] | None) -> None:
-    if emits is None:
-        await response.write(event.raw)
-        return
-    for emit in emits:
-        if emit.delay_s:
-            await asyncio.sleep(emit.delay_s)
-        if emit.data is event.data:
-            await response.write(event.raw)
-        else:
-            await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
-
-
-def _abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
-    """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
-    request.abort()
-    return response if response is not None else web.Response(status=204)
 
 
 def _forwarded(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
     out = [(k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED]
     out.append(("Accept-Encoding", "identity"))  # the proxy reads answers: no compression to undo
     return out
-
-
-def _relayed(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in _NOT_RELAYED])
-
-
-async def _read_limited(answer: UpstreamAnswer, limit: int) -> bytes:
-    if isinstance(answer, UpstreamResponse):
-        return await answer.body(limit)
-    chunks, size = [], 0
-    async for chunk in answer.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise ValueError(f"sent a body larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _sse_data(stream: bytes) -> list[bytes]:
-    splitter = sse.EventSplitter()
-    return [e.data for e in splitter.feed(stream + b"\n\n") if e.data is not None]
-
-
-def _error_response(status: int, request_id: Any, message: str, *, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:
-    body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
-    return web.Response(status=status, body=body, content_type="application/json")
 
 
 def loop_options() -> dict[str, Any]:

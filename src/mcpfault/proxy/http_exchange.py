@@ -1,0 +1,280 @@
+"""One POST through the HTTP proxy: what its answer is and how it reaches the client.
+
+``Exchange`` carries out what the core decided for one request (an answer in the server's place,
+an HTTP-level fault) and relays the upstream's answer, a JSON body or an SSE stream cut into events
+as it arrives, each event through the core (an untouched one crosses byte for byte).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, Protocol
+
+from multidict import CIMultiDict
+
+from mcpfault.faults.base import HttpAction, HttpFailure
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy import http_server as web
+from mcpfault.proxy import sse
+from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.upstream import UpstreamResponse
+
+SSE = "text/event-stream"
+# Hop-by-hop headers (RFC 9110 7.6.1) and what the proxy sets itself are not relayed back.
+NOT_RELAYED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "date",
+        "server",
+    }
+)
+
+
+class _Body(Protocol):
+    def iter_any(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class UpstreamAnswer(Protocol):
+    """The parts of an answer the proxy reads: the upstream pool's response, or the stdio bridge's."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> _Body: ...
+
+    def close(self) -> None: ...
+
+    def release(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 16 * 1024 * 1024  # a client's request body; more gets 413
+    max_response_bytes: int = 64 * 1024 * 1024  # an upstream JSON body or one SSE event; more gets 502
+    connect_timeout_s: float = 10.0
+    hold_s: float = 300.0  # how long a request whose answer a fault lost stays open before the proxy closes it
+    max_connections: int = 256  # pooled connections to the upstream
+
+
+class Exchange:
+    """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
+
+    def __init__(
+        self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
+    ) -> None:
+        self.request = request
+        self.core = core
+        self.body = body
+        self.session_id = session_id
+        self._limits = limits
+        self._request_id: Any = ...
+
+    @property
+    def request_id(self) -> Any:
+        """The JSON-RPC id, when the body is a request (None otherwise). Parsed only when needed."""
+        if self._request_id is ...:
+            message = jsonrpc.parse(self.body)
+            self._request_id = message.body.get("id") if message.kind is MessageKind.REQUEST and message.body else None
+        return self._request_id
+
+    async def answer_locally(self, emits: list[Emit]) -> web.StreamResponse:
+        """The engine answered in the server's place (or broke the exchange before it left)."""
+        action = next((e.http for e in emits if e.http is not None), None)
+        if action is not None:
+            return await self.fail(action)
+        return await self._deliver(emits, status=200, headers=CIMultiDict())
+
+    async def fail(self, action: HttpAction) -> web.StreamResponse:
+        if action.failure is HttpFailure.RESET:
+            return abort(self.request)
+        if action.failure is HttpFailure.SESSION_EXPIRED:
+            return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
+        try:
+            reason = HTTPStatus(action.status).phrase
+        except ValueError:  # a status the standard library has no name for, such as 599
+            reason = "Error"
+        return web.Response(status=action.status, headers=dict(action.headers), text=f"{action.status} {reason}\n")
+
+    async def relay_json(
+        self, answer: UpstreamAnswer, data: bytes, action: HttpAction | None, notes: list[Emit]
+    ) -> web.StreamResponse:
+        headers = relayed_headers(answer.headers)
+        if action is not None and action.failure is HttpFailure.STREAM_CUT:
+            # Sent as a stream so that it can be cut: the notes (up to the cut) and then the end.
+            headers["Content-Type"] = SSE
+            response = await self._open_stream(answer.status, headers, action)
+            for note in notes[: action.after_events]:
+                await response.write(sse.encode(note.data))
+            self.core.end(self.request_id, "stream_cut")
+            await response.write_eof()
+            return response
+        emits = [e for e in self.core.from_server(data) if e.to is To.CLIENT]
+        if action is not None and action.failure is HttpFailure.RESET:
+            return abort(self.request)
+        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
+            await asyncio.sleep(action.delay_s)
+        return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
+
+    async def relay_stream(
+        self, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
+    ) -> web.StreamResponse:
+        if action is not None and action.failure is HttpFailure.RESET:
+            # The server finishes its work and answers; the connection drops before a byte of it leaves.
+            for line in _sse_data(await read_limited(answer, self._limits.max_response_bytes)):
+                self.core.from_server(line)
+            self.core.end(self.request_id, "reset")
+            return abort(self.request)
+        cut = action if action is not None and action.failure is HttpFailure.STREAM_CUT else None
+        response = await self._open_stream(answer.status, relayed_headers(answer.headers), action)
+        relayed = 0
+        for note in notes:
+            if cut is not None and relayed >= cut.after_events:
+                break
+            await response.write(sse.encode(note.data))
+            relayed += 1
+        splitter = sse.EventSplitter(self._limits.max_response_bytes)
+        lost = False
+        try:
+            async for chunk in answer.content.iter_any():
+                for event in splitter.feed(chunk):
+                    if event.data is None:
+                        await response.write(event.raw)
+                        continue
+                    if cut is not None and (relayed >= cut.after_events or self._answers(event.data)):
+                        self.core.end(self.request_id, "stream_cut")
+                        await response.write_eof()
+                        return response
+                    emits = [e for e in self.core.from_server(event.data) if e.to is To.CLIENT]
+                    lost = lost or not emits
+                    await write_event(response, event, emits)
+                    relayed += 1
+        except (TimeoutError, OSError, ValueError) as exc:
+            await self._broken(response, exc)
+            return response
+        if lost:
+            return await self._hold(response)
+        await response.write_eof()
+        return response
+
+    async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
+        """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
+        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
+        data = {"mcpfault": {"reason": "upstream_broke_off"}}
+        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        if self.request_id is not None and self.core.end(self.request_id, "upstream_exited", reply=reply):
+            await response.write(sse.encode(reply))
+        await response.write_eof()
+
+    def bad_gateway(self, upstream: str, what: str) -> web.Response:
+        message = f"mcpfault: the upstream MCP server {upstream} {what}"
+        data = {"mcpfault": {"reason": "bad_upstream_answer", "upstream": upstream}}
+        body = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        self.core.end(self.request_id, "error", reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE)
+        return web.Response(status=502, body=body, content_type="application/json")
+
+    def _answers(self, data: bytes) -> bool:
+        message = jsonrpc.parse(data)
+        return (
+            message.kind is MessageKind.RESPONSE
+            and message.body is not None
+            and (jsonrpc.valid_id(message.body.get("id")) and message.body.get("id") == self.request_id)
+        )
+
+    async def _open_stream(
+        self, status: int, headers: CIMultiDict[str], action: HttpAction | None
+    ) -> web.StreamResponse:
+        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
+            await asyncio.sleep(action.delay_s)
+        headers["Content-Type"] = headers.get("Content-Type", SSE)
+        response = web.StreamResponse(status=status, headers=headers)
+        await response.prepare(self.request)
+        return response
+
+    async def _deliver(self, emits: Sequence[Emit], *, status: int, headers: CIMultiDict[str]) -> web.StreamResponse:
+        """One message as a JSON body; several (notifications first) as an SSE stream; none: held open."""
+        if not emits:
+            return await self._hold(None)  # not even the headers: a server that never answers
+        if len(emits) == 1:
+            emit = emits[0]
+            if emit.delay_s:
+                await asyncio.sleep(emit.delay_s)
+            headers["Content-Type"] = "application/json"
+            return web.Response(status=status, headers=headers, body=emit.data)
+        headers["Content-Type"] = SSE
+        response = await self._open_stream(status, headers, None)
+        for emit in emits:
+            if emit.delay_s:
+                await asyncio.sleep(emit.delay_s)
+            await response.write(sse.encode(emit.data))
+        await response.write_eof()
+        return response
+
+    async def _hold(self, response: web.StreamResponse | None) -> web.StreamResponse:
+        """A lost answer: the client waits, as it would for a server that never answers, until it
+        gives up (its disconnect cancels this) or ``hold_s`` passes and the proxy closes the connection."""
+        await asyncio.sleep(self._limits.hold_s)
+        return abort(self.request) if response is None else abort(self.request, response)
+
+
+async def write_event(response: web.StreamResponse, event: sse.Event, emits: Sequence[Emit] | None) -> None:
+    if emits is None:
+        await response.write(event.raw)
+        return
+    for emit in emits:
+        if emit.delay_s:
+            await asyncio.sleep(emit.delay_s)
+        if emit.data is event.data:
+            await response.write(event.raw)
+        else:
+            await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
+
+
+def abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
+    """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
+    request.abort()
+    return response if response is not None else web.Response(status=204)
+
+
+def relayed_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in NOT_RELAYED])
+
+
+async def read_limited(answer: UpstreamAnswer, limit: int) -> bytes:
+    if isinstance(answer, UpstreamResponse):
+        return await answer.body(limit)
+    chunks, size = [], 0
+    async for chunk in answer.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"sent a body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _sse_data(stream: bytes) -> list[bytes]:
+    splitter = sse.EventSplitter()
+    return [e.data for e in splitter.feed(stream + b"\n\n") if e.data is not None]
+
+
+def error_response(status: int, request_id: Any, message: str, *, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:
+    body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
+    return web.Response(status=status, body=body, content_type="application/json")
