@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from mcpfault.protocol.jsonlines import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
 SCRIPTED_SERVER = Path(__file__).resolve().parent / "servers" / "scripted_server.py"
@@ -130,9 +132,7 @@ class ProxyProcess:
         self.proc.send_signal(signum)
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.events_path.exists():
-            return []
-        return [json.loads(line) for line in self.events_path.read_text().splitlines()]
+        return read_jsonl(self.events_path)
 
     def stderr(self) -> str:
         self._stderr.flush()

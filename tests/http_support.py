@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mcpfault.protocol.jsonlines import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 SDK_SERVER = ROOT / "tests" / "interop_servers" / "sdk_server.py"
 LEGACY = "2025-11-25"
@@ -112,9 +114,7 @@ class HttpProxyProcess:
         raise RuntimeError(f"the proxy did not start: {self._stderr.decode(errors='replace')}")
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.events_file.exists():
-            return []
-        return [json.loads(line) for line in self.events_file.read_text().splitlines() if line.strip()]
+        return read_jsonl(self.events_file)
 
     def close(self) -> tuple[int, str]:
         code = stop(self.proc)

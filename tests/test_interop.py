@@ -31,6 +31,8 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 
+from mcpfault.protocol.jsonlines import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "profiles" / "baseline.toml"
 SDK_SERVER = [sys.executable, str(ROOT / "tests" / "interop_servers" / "sdk_server.py")]
@@ -91,7 +93,7 @@ async def connect(
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return read_jsonl(path)
 
 
 def tool_calls(events: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,12 @@ def test_era_from_modern_meta_and_auto_fallback() -> None:
     # A client in auto mode falls back to initialize when the server is legacy.
     era.observe_request("initialize", {"protocolVersion": "2025-11-25"})
     assert (era.era, era.protocol_version) == (Era.LEGACY, "2025-11-25")
+
+
+def test_json_lines_split_at_lf_only_and_skip_a_partial_last_line(tmp_path: Path) -> None:
+    from mcpfault.protocol.jsonlines import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"text": "a\xe2\x80\xa8b\xe2\x80\xa9c\xc2\x85d"}\n{"n": 2}\n{"n": 3, "cut')
+    assert read_jsonl(path) == [{"text": "a\u2028b\u2029c\x85d"}, {"n": 2}]
+    assert read_jsonl(tmp_path / "missing.jsonl") == []

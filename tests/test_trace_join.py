@@ -24,6 +24,7 @@ from mcpfault.analysis.traces import AttemptTrace, SessionSpans, TaskTrace
 from mcpfault.harness.agents.tasks import TaskSpec, plan_tasks
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanEvent, SpanView
@@ -51,10 +52,6 @@ def run_sessions(plans: Sequence[SessionPlan], seconds: float = 90) -> list[Sess
     for result in results.values():
         assert result.error is None, result.error
     return [results[i] for i in range(len(plans))]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def from_files(out: Path) -> tuple[dict[int, TaskTrace], dict[int, Touch], dict[int, TaskRecord]]:

@@ -47,6 +47,7 @@ from mcpfault.harness.agents.policies import make_agent
 from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
@@ -403,12 +404,4 @@ def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a proxy killed mid-write leaves at most one partial line
-    return rows
+    return [row for row in read_jsonl(path) if isinstance(row, dict)]

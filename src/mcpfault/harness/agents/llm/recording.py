@@ -111,7 +111,9 @@ class ReplayBackend:
         except OSError:
             self._problem = f"--replay {root}: no recording for this session ({path.relative_to(root)} is missing)"
             return
-        for number, raw in enumerate(text.splitlines(), 1):
+        for number, raw in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 is raw in JSON strings
+            if not raw.strip():
+                continue
             try:
                 line = json.loads(raw)
                 self._lines[str(line["key"])] = line
