@@ -8,10 +8,11 @@ the server's own status (128+N when a signal N ended it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -322,11 +323,9 @@ def _logging_options(parser: argparse.ArgumentParser) -> None:
 def _proxy(args: argparse.Namespace) -> int:
     import anyio
 
-    from mcpfault.faults import profile
     from mcpfault.faults.engine import Engine, rules_not_carried
     from mcpfault.proxy import summary
     from mcpfault.proxy.core import ProxyCore
-    from mcpfault.proxy.events import EventSink, JsonlEventSink
     from mcpfault.proxy.stdio import Lifecycle, run_stdio
     from mcpfault.telemetry.logging import configure
 
@@ -338,32 +337,51 @@ def _proxy(args: argparse.Namespace) -> int:
         raise UsageError("no server command; put it after '--', e.g. mcpfault proxy -c P.toml -- mcpfault mock-server")
     if args.shutdown_timeout < 0:
         raise UsageError(f"--shutdown-timeout {args.shutdown_timeout} is negative; give seconds >= 0")
-    loaded = profile.load(args.config)
-    if args.seed is not None:
-        loaded = dataclasses.replace(loaded, seed=args.seed)
+    loaded = _proxy_profile(args)
     engine = Engine(loaded)
     for rule in rules_not_carried(loaded, "stdio"):
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
-    events: EventSink | None = None
-    if args.events is not None:
-        try:
-            events = JsonlEventSink(args.events)
-        except OSError as exc:
-            raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
+    events = _proxy_events(args)
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
-    try:
+    with _flushed_at_exit(events, telemetry):
         status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
+    if not args.no_summary:
+        summary.render(core.stats, engine, core.era, sys.stderr)
+    return status
+
+
+def _proxy_profile(args: argparse.Namespace) -> Any:
+    from mcpfault.faults import profile
+
+    loaded = profile.load(args.config)
+    return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
+
+
+def _proxy_events(args: argparse.Namespace) -> Any:
+    """The --events sink, or None; a clear error when the file cannot be written."""
+    from mcpfault.proxy.events import JsonlEventSink
+
+    if args.events is None:
+        return None
+    try:
+        return JsonlEventSink(args.events)
+    except OSError as exc:
+        raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
+
+
+@contextlib.contextmanager
+def _flushed_at_exit(events: Any, telemetry: Any) -> Iterator[None]:
+    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
+    try:
+        yield
     finally:
         if events is not None:
             events.close()
         telemetry.close()
-    if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr)
-    return status
 
 
 def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
@@ -371,9 +389,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
 
     import anyio
 
-    from mcpfault.faults import profile
     from mcpfault.proxy import http, summary
-    from mcpfault.proxy.events import EventSink, JsonlEventSink
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
     from mcpfault.proxy.http_stdio import StdioBridge
@@ -401,15 +417,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             f"--listen {args.listen} is beyond loopback: set MCPFAULT_PROXY_TOKEN and have clients send it "
             f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
         )
-    loaded = profile.load(args.config)
-    if args.seed is not None:
-        loaded = dataclasses.replace(loaded, seed=args.seed)
-    events: EventSink | None = None
-    if args.events is not None:
-        try:
-            events = JsonlEventSink(args.events)
-        except OSError as exc:
-            raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
+    loaded = _proxy_profile(args)
+    events = _proxy_events(args)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
         spans=args.spans,
@@ -426,12 +435,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
-    try:
+    with _flushed_at_exit(events, telemetry):
         status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
-    finally:
-        if events is not None:
-            events.close()
-        telemetry.close()
     if not args.no_summary:
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
     return status

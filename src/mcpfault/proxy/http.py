@@ -34,6 +34,7 @@ from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http_exchange import (
+    HOP_BY_HOP,
     SSE,
     Exchange,
     Limits,
@@ -52,24 +53,8 @@ log = structlog.get_logger("mcpfault.proxy")
 
 SESSION_HEADER = "Mcp-Session-Id"
 TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
-# RFC 9110 7.6.1, plus what the proxy sets itself.
-_NOT_FORWARDED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-        TOKEN_HEADER.lower(),
-    }
-)
+# Hop-by-hop headers, what the proxy's client writes itself, and the proxy's own token are not forwarded.
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKEN_HEADER.lower()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.upstream import UpstreamResponse
 
 SSE = "text/event-stream"
-# Hop-by-hop headers (RFC 9110 7.6.1) and what the proxy sets itself are not relayed back.
-NOT_RELAYED = frozenset(
+# Hop-by-hop headers (RFC 9110 7.6.1): for one connection, never passed on.
+HOP_BY_HOP = frozenset(
     {
         "connection",
         "keep-alive",
@@ -36,11 +36,10 @@ NOT_RELAYED = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
-        "content-length",
-        "date",
-        "server",
     }
 )
+# Nor what the proxy's server writes itself.
+NOT_RELAYED = HOP_BY_HOP | {"content-length", "date", "server"}
 
 
 class _Body(Protocol):
