@@ -58,11 +58,17 @@ def _parser() -> argparse.ArgumentParser:
 
     proxy = commands.add_parser(
         "proxy",
-        help="relay a stdio MCP server to this process's stdin/stdout, injecting faults",
-        description="Start SERVER_COMMAND and relay newline-delimited JSON-RPC between it and this process's "
-        "stdin/stdout, injecting the faults of the profile. Everything the profile leaves alone crosses byte "
-        "for byte. Exits with the server's exit status.",
-        epilog="example: mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server",
+        help="relay an MCP server (stdio or Streamable HTTP), injecting faults",
+        description="Start SERVER_COMMAND and relay newline-delimited JSON-RPC between it and this process's\n"
+        "stdin/stdout, or with --listen serve Streamable HTTP in front of --upstream URL (or of\n"
+        "SERVER_COMMAND), injecting the faults of the profile. Everything the profile leaves alone\n"
+        "crosses byte for byte. Exits with the server's exit status (0 after SIGINT/SIGTERM in front\n"
+        "of --upstream).",
+        epilog="examples:\n"
+        "  mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server\n"
+        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
+        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
     proxy.add_argument("--events", type=Path, metavar="FILE.jsonl", help="write one JSON line per request")
