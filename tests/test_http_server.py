@@ -162,3 +162,33 @@ async def test_an_idle_keep_alive_connection_is_closed() -> None:
             rest = await reader.read(65536)  # EOF once the idle timeout closes the connection
         writer.close()
     assert first.startswith(b"HTTP/1.1 200") and rest == b""
+
+
+async def test_a_request_that_never_finishes_arriving_gets_408() -> None:
+    async with serving(echo, keepalive_s=0.3) as port:
+        received = await exchange(port, b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly part")
+    assert received.startswith(b"HTTP/1.1 408")
+
+
+async def test_pipelining_without_reading_is_held_back() -> None:
+    served = 0
+
+    async def count(request: web.Request) -> web.StreamResponse:
+        nonlocal served
+        served += 1
+        return web.Response(body=b"x" * 200_000)  # answers the client does not read
+
+    async with serving(count) as port:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.setblocking(False)
+        request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+        for _ in range(5000):
+            try:
+                sock.send(request)
+            except BlockingIOError:
+                break
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.5)
+        sock.close()
+    assert served < 200  # the server stopped reading instead of queueing thousands of requests

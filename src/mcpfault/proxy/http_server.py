@@ -28,7 +28,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 log = structlog.get_logger("mcpfault.proxy")
 
 MAX_HEAD_BYTES = 64 * 1024
-KEEPALIVE_S = 75.0
+KEEPALIVE_S = 75.0  # an idle connection, and a request still arriving, get this long
+MAX_PIPELINED = 16  # requests read ahead of their answers; then the connection is not read until they drain
 
 
 class BodyTooLarge(Exception):
@@ -148,6 +149,7 @@ class _Connection(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._reading_paused = False
         self.closed = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
@@ -193,7 +195,8 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-            self._idle_timer = None
+        # A request that never finishes arriving (a slow or stuck client) must not hold the connection forever.
+        self._idle_timer = asyncio.get_running_loop().call_later(self._server.keepalive_s, self._request_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -214,6 +217,9 @@ class _Connection(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._head_too_large:
             return
         body = None if self._body_size > self.max_body_bytes else b"".join(self._body)
@@ -221,6 +227,9 @@ class _Connection(asyncio.Protocol):
         request = Request(self, method, self._url.decode("latin-1"), CIMultiDict(self._headers), body)
         self._waiting.append((request, self._parser.should_keep_alive()))
         self._body = []
+        if len(self._waiting) >= MAX_PIPELINED and self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()  # a client pipelining without reading: stop taking more
         if self._task is None:
             self._next()
 
@@ -233,6 +242,9 @@ class _Connection(asyncio.Protocol):
                 self._arm_idle_timer()
             return
         request, keep_alive = self._waiting.popleft()
+        if self._reading_paused and len(self._waiting) < MAX_PIPELINED // 2 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
         self._task = asyncio.get_running_loop().create_task(self._serve(request, keep_alive))
 
     async def _serve(self, request: Request, keep_alive: bool) -> None:
@@ -250,6 +262,10 @@ class _Connection(asyncio.Protocol):
             if not keep_alive:
                 response.headers["Connection"] = "close"
             self.write(response.encode(head_only=request.method == "HEAD"))
+            try:
+                await self.drain()  # a client that does not read holds the next answer back, not our memory
+            except asyncio.CancelledError:
+                return
         elif not response.finished:
             self.close()  # a stream the handler did not end: only closing tells the client it is over
             return
@@ -297,6 +313,9 @@ class _Connection(asyncio.Protocol):
     def _arm_idle_timer(self) -> None:
         loop = asyncio.get_running_loop()
         self._idle_timer = loop.call_later(self._server.keepalive_s, self._idle_timeout)
+
+    def _request_timeout(self) -> None:
+        self._refuse(408, f"the request did not finish arriving within {self._server.keepalive_s:g} s")
 
     def _idle_timeout(self) -> None:
         if self._task is None and not self._waiting:
