@@ -39,12 +39,10 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,42 +50,56 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
+
+from common import (  # a sibling module: benchmarks/ is sys.path[0] when this runs as a script
+    HTTP_BLOCK_BEGIN,
+    HTTP_BLOCK_END,
+    INITIALIZED,
+    PROTOCOL_VERSION,
+    BenchError,
+    Config,
+    RoundResult,
+    Summary,
+    blame,
+    check_echo_tool,
+    check_initialize,
+    decode,
+    display_path,
+    echo_body,
+    failure_status,
+    fill_defaults,
+    format_markdown_table,
+    initialize_params,
+    is_echo_result,
+    jsonrpc_request,
+    load_average,
+    log_tail,
+    parse_extra_config,
+    print_results,
+    resolve_profile,
+    rotated,
+    round_result,
+    run_facts,
+    select_configs,
+    split,
+    stop_group,
+    write_http_block,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ECHO_SERVER = HERE / "http_echo_server.py"
 RELAY = HERE / "http_relay.py"
 DEFAULT_PROFILE = "profiles/baseline.toml"
-PROTOCOL_VERSION = "2025-11-25"
-BEGIN_MARKER = "<!-- http-benchmark:begin -->"
-END_MARKER = "<!-- http-benchmark:end -->"
 FULL = {"calls": 2000, "warmup": 200, "rounds": 5, "calls_per_client": 500}
 QUICK = {"calls": 300, "warmup": 50, "rounds": 2, "calls_per_client": 100}
 MAX_HEAD = 64 * 1024
 ANNOUNCE = re.compile(r"(?:serving|listening on) (http://\S+)")
 LATENCY_TARGET = 1.0  # mcpfault added p50 / relay added p50, at most
 THROUGHPUT_TARGET = 0.8  # mcpfault requests/s / direct requests/s, at least
-
-
-class BenchError(RuntimeError):
-    """A configuration misbehaved: no answer in time, a wrong answer, an early exit."""
-
-    def __init__(self, message: str, config: str | None = None) -> None:
-        super().__init__(message)
-        self.config = config
-
-
-@contextlib.contextmanager
-def blame(name: str) -> Iterator[None]:
-    try:
-        yield
-    except BenchError as exc:
-        if exc.config is None:
-            exc.config = name
-        raise
 
 
 # --------------------------------------------------------------------------- the client
@@ -230,13 +242,7 @@ def decode_message(answer: Answer) -> dict[str, Any]:
         raw = answer.body
     else:
         raise BenchError(f"HTTP {answer.status} with Content-Type {answer.content_type!r}: {answer.body[:300]!r}")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise BenchError(f"not JSON: {raw[:300]!r}") from None
-    if not isinstance(value, dict):
-        raise BenchError(f"not a JSON object: {raw[:300]!r}")
-    return value
+    return decode(raw)
 
 
 class McpClient:
@@ -257,11 +263,8 @@ class McpClient:
         self.conn.close()
 
     def request(self, msg_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
-        if params is not None:
-            message["params"] = params
         answer = self.conn.roundtrip(
-            http_request(self.host_header, self.path, json.dumps(message).encode(), self.session_id)
+            http_request(self.host_header, self.path, jsonrpc_request(msg_id, method, params), self.session_id)
         )
         if answer.status != 200:
             raise BenchError(f"{method}: HTTP {answer.status}: {answer.body[:300]!r}")
@@ -276,21 +279,11 @@ class McpClient:
         return result
 
     def handshake(self) -> None:
-        params = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "mcpfault-http-bench", "version": "1.0.0"},
-        }
-        result = self.request(0, "initialize", params)
-        if result.get("protocolVersion") != PROTOCOL_VERSION:
-            raise BenchError(f"initialize: unexpected result {result!r:.300}")
-        note = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
-        answer = self.conn.roundtrip(http_request(self.host_header, self.path, note, self.session_id))
+        check_initialize(self.request(0, "initialize", initialize_params("mcpfault-http-bench")))
+        answer = self.conn.roundtrip(http_request(self.host_header, self.path, INITIALIZED, self.session_id))
         if answer.status != 202:
             raise BenchError(f"notifications/initialized: expected HTTP 202, got {answer.status} {answer.body[:200]!r}")
-        tools = self.request(1, "tools/list").get("tools")
-        if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("name") == "echo" for t in tools):
-            raise BenchError(f"tools/list: no echo tool in {tools!r:.300}")
+        check_echo_tool(self.request(1, "tools/list"))
 
     def echo_requests(self, count: int, payload: str) -> tuple[range, list[bytes]]:
         # Ids never repeat on a client, so a late or duplicated answer cannot pass the checks.
@@ -325,36 +318,18 @@ class McpClient:
             if answer.status != 200:
                 raise BenchError(f"id {msg_id}: HTTP {answer.status}: {answer.body[:300]!r}")
             reply = decode_message(answer)
-            expected = self.text(msg_id, payload)
-            result = reply.get("result")
-            ok = (
-                reply.get("id") == msg_id
-                and isinstance(result, dict)
-                and result.get("isError") is False
-                and result.get("content") == [{"type": "text", "text": expected}]
-                and result.get("structuredContent") == {"text": expected}
-            )
-            if not ok:
+            if reply.get("id") != msg_id or not is_echo_result(reply.get("result"), self.text(msg_id, payload)):
                 raise BenchError(f"id {msg_id}: wrong answer {json.dumps(reply)[:300]}")
-
-
-def echo_body(msg_id: int, text: str) -> bytes:
-    return (
-        '{"jsonrpc":"2.0","id":'
-        + str(msg_id)
-        + ',"method":"tools/call","params":{"name":"echo","arguments":{"text":'
-        + json.dumps(text)
-        + "}}}"
-    ).encode()
 
 
 # --------------------------------------------------------------------------- processes
 
 
 @dataclass(frozen=True)
-class Config:
-    name: str
-    command: tuple[str, ...]  # empty: direct; "{upstream}" and "{spans}" are filled in per round
+class HttpConfig(Config):
+    """A front process to measure; its ``command`` is empty for ``direct``, and "{upstream}" and "{spans}" in it
+    are filled in per round."""
+
     upstream: str = "json"  # which echo server: "json" or "sse"
 
 
@@ -390,27 +365,14 @@ class Process:
         raise BenchError(f"did not announce its URL within {timeout:g} s", self.name)
 
     def output(self, limit: int = 4000) -> str:
-        self.log.flush()
-        size = self.log.seek(0, os.SEEK_END)
-        self.log.seek(max(0, size - limit))
-        return self.log.read().decode("utf-8", "replace")
+        return log_tail(self.log, limit)
 
     def stop(self, grace: float) -> int | None:
         """SIGTERM, ``grace`` seconds to leave, then SIGKILL to the whole group."""
-        code: int | None = self.proc.poll()
-        if code is None:
+        if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                code = None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if code is None:
-            self.proc.kill()
-            self.proc.wait()
-        return code
+        return stop_group(self.proc, grace)
 
 
 @contextlib.contextmanager
@@ -434,69 +396,35 @@ def started(
             exit_codes.append(process.stop(args.grace))
 
 
-def default_configs(profile: str, sse: bool) -> list[Config]:
+def default_configs(profile: str, sse: bool) -> list[HttpConfig]:
     python = sys.executable
     proxy = (python, "-m", "mcpfault", "proxy", "--config", profile, "--no-summary", "--listen", "127.0.0.1:0")
     configs = [
-        Config("direct", ()),
-        Config("relay", (python, str(RELAY), "0", "{upstream}")),
-        Config("mcpfault", (*proxy, "--upstream", "{upstream}")),
-        Config("mcpfault-spans", (*proxy, "--upstream", "{upstream}", "--spans", "{spans}")),
-        Config(
+        HttpConfig("direct", ()),
+        HttpConfig("relay", (python, str(RELAY), "0", "{upstream}")),
+        HttpConfig("mcpfault", (*proxy, "--upstream", "{upstream}")),
+        HttpConfig("mcpfault-spans", (*proxy, "--upstream", "{upstream}", "--spans", "{spans}")),
+        HttpConfig(
             "mcpfault-spans-metrics",
             (*proxy, "--upstream", "{upstream}", "--spans", "{spans}", "--metrics-addr", "127.0.0.1:0"),
         ),
     ]
     if sse:
         configs += [
-            Config("direct-sse", (), "sse"),
-            Config("relay-sse", (python, str(RELAY), "0", "{upstream}"), "sse"),
-            Config("mcpfault-sse", (*proxy, "--upstream", "{upstream}"), "sse"),
+            HttpConfig("direct-sse", (), "sse"),
+            HttpConfig("relay-sse", (python, str(RELAY), "0", "{upstream}"), "sse"),
+            HttpConfig("mcpfault-sse", (*proxy, "--upstream", "{upstream}"), "sse"),
         ]
     return configs
 
 
-def parse_extra_config(spec: str) -> Config:
-    name, sep, command = spec.partition("=")
-    if not sep or not name.strip() or not command.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=COMMAND, got {spec!r}")
-    return Config(name.strip(), tuple(shlex.split(command)), "sse" if name.strip().endswith("-sse") else "json")
+def parse_http_config(spec: str) -> HttpConfig:
+    """``--config NAME=COMMAND``; a NAME ending in -sse fronts the SSE echo server."""
+    config = parse_extra_config(spec)
+    return HttpConfig(config.name, config.command, "sse" if config.name.endswith("-sse") else "json")
 
 
-# --------------------------------------------------------------------------- rounds and stats
-
-
-@dataclass
-class RoundResult:
-    p50_us: float
-    p90_us: float
-    p99_us: float
-    requests_per_s: float
-
-
-@dataclass
-class Summary:
-    config: Config
-    rounds: list[RoundResult] = field(default_factory=list)
-    exit_codes: list[int | None] = field(default_factory=list)
-
-    def median(self, attr: str) -> float:
-        return float(statistics.median(getattr(r, attr) for r in self.rounds))
-
-
-def percentile(sorted_values: Sequence[int], pct: float) -> float:
-    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))  # nearest rank: a value actually observed
-    return float(sorted_values[rank - 1])
-
-
-def split(total: int, parts: int) -> list[int]:
-    parts = max(1, min(parts, total))
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def rotated(count: int, shift: int) -> list[int]:
-    shift %= count
-    return [*range(shift, count), *range(shift)]
+# --------------------------------------------------------------------------- rounds
 
 
 def concurrent_calls(clients: Sequence[McpClient], count: int, payload: str, timeout: float) -> int:
@@ -533,7 +461,7 @@ def concurrent_calls(clients: Sequence[McpClient], count: int, payload: str, tim
     return max(finished) - start
 
 
-def run_round(summaries: list[Summary], round_index: int, args: argparse.Namespace) -> list[RoundResult]:
+def run_round(summaries: list[Summary[HttpConfig]], round_index: int, args: argparse.Namespace) -> list[RoundResult]:
     count = len(summaries)
     latency: list[list[int]] = [[] for _ in summaries]
     elapsed_ns = [0] * count
@@ -586,21 +514,11 @@ def run_round(summaries: list[Summary], round_index: int, args: argparse.Namespa
                     elapsed_ns[index] += concurrent_calls(crowd[index], size, args.payload, args.timeout)
     if any(code != 0 for code in server_codes):
         print(f"warning: echo server exit codes {server_codes}", file=sys.stderr)
-    results = []
-    for samples, elapsed in zip(latency, elapsed_ns, strict=True):
-        samples.sort()
-        results.append(
-            RoundResult(
-                p50_us=percentile(samples, 50) / 1000,
-                p90_us=percentile(samples, 90) / 1000,
-                p99_us=percentile(samples, 99) / 1000,
-                requests_per_s=args.clients * args.calls_per_client / (elapsed / 1e9),
-            )
-        )
-    return results
+    calls = args.clients * args.calls_per_client
+    return [round_result(samples, calls, elapsed) for samples, elapsed in zip(latency, elapsed_ns, strict=True)]
 
 
-def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
+def run(configs: list[HttpConfig], args: argparse.Namespace) -> list[Summary[HttpConfig]]:
     summaries = [Summary(c) for c in configs]
     for round_index in range(args.rounds):
         results = run_round(summaries, round_index, args)
@@ -609,7 +527,7 @@ def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
             summary.rounds.append(result)
             progress.append(
                 f"{summary.config.name} p50 {result.p50_us:.0f} us p99 {result.p99_us:.0f} us"
-                f" {result.requests_per_s:,.0f} req/s"
+                f" {result.rate_per_s:,.0f} req/s"
             )
         print(f"round {round_index + 1}/{args.rounds}: " + " | ".join(progress), file=sys.stderr)
     return summaries
@@ -618,12 +536,12 @@ def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
 # --------------------------------------------------------------------------- report
 
 
-def baseline_for(summaries: list[Summary], config: Config) -> Summary | None:
+def baseline_for(summaries: list[Summary[HttpConfig]], config: HttpConfig) -> Summary[HttpConfig] | None:
     wanted = "direct" if config.upstream == "json" else "direct-sse"
     return next((s for s in summaries if s.config.name == wanted), None)
 
 
-def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
+def table_rows(summaries: list[Summary[HttpConfig]]) -> tuple[list[str], list[list[str]]]:
     header = [
         "config",
         "p50 us",
@@ -639,8 +557,8 @@ def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
     for s in summaries:
         base = baseline_for(summaries, s.config)
         p50, p99 = s.median("p50_us"), s.median("p99_us")
-        rate = s.median("requests_per_s")
-        rates = [r.requests_per_s for r in s.rounds]
+        rate = s.median("rate_per_s")
+        rates = [r.rate_per_s for r in s.rounds]
         rows.append(
             [
                 s.config.name,
@@ -651,13 +569,13 @@ def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
                 f"{p99 - base.median('p99_us'):+.0f}" if base else "n/a",
                 f"{rate:,.0f}",
                 f"{min(rates):,.0f}-{max(rates):,.0f}",
-                f"{rate / base.median('requests_per_s'):.2f}" if base else "n/a",
+                f"{rate / base.median('rate_per_s'):.2f}" if base else "n/a",
             ]
         )
     return header, rows
 
 
-def ratio_lines(summaries: list[Summary], clients: int, suffix: str = "") -> list[str]:
+def ratio_lines(summaries: list[Summary[HttpConfig]], clients: int, suffix: str = "") -> list[str]:
     by_name = {s.config.name: s for s in summaries}
     names = (f"direct{suffix}", f"relay{suffix}", f"mcpfault{suffix}")
     if not set(names) <= by_name.keys():
@@ -675,46 +593,21 @@ def ratio_lines(summaries: list[Summary], clients: int, suffix: str = "") -> lis
         )
     else:
         lines.append(f"{names[1]} added p50 is {relay_added:.0f} us (not > 0): latency ratio undefined")
-    rate_ratio = proxy.median("requests_per_s") / direct.median("requests_per_s")
+    rate_ratio = proxy.median("rate_per_s") / direct.median("rate_per_s")
     verdict = "meets" if rate_ratio >= THROUGHPUT_TARGET else "MISSES"
     lines.append(
         f"{names[2]} req/s / {names[0]} req/s with {clients} concurrent clients"
-        f" = {proxy.median('requests_per_s'):,.0f}"
-        f" / {direct.median('requests_per_s'):,.0f} = {rate_ratio:.2f} ({verdict} target >= {THROUGHPUT_TARGET:g})"
+        f" = {proxy.median('rate_per_s'):,.0f}"
+        f" / {direct.median('rate_per_s'):,.0f} = {rate_ratio:.2f} ({verdict} target >= {THROUGHPUT_TARGET:g})"
     )
     return lines
 
 
-def all_ratios(summaries: list[Summary], clients: int) -> list[str]:
+def all_ratios(summaries: list[Summary[HttpConfig]], clients: int) -> list[str]:
     return ratio_lines(summaries, clients) + ratio_lines(summaries, clients, "-sse")
 
 
-def format_text_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = []
-    for index, row in enumerate([header, *rows]):
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells))
-        if index == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def format_markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def display_path(path: str) -> str:
-    with contextlib.suppress(ValueError):
-        rel = os.path.relpath(path, Path.cwd())
-        if not rel.startswith(".."):
-            return rel
-    return path
-
-
-def display_command(config: Config) -> str:
+def display_command(config: HttpConfig) -> str:
     if not config.command:
         return "(the client talks to the echo server)"
     parts = [display_path(p) if os.path.isabs(p) else p for p in config.command]
@@ -722,32 +615,15 @@ def display_command(config: Config) -> str:
     return text.replace("{upstream}", "http://127.0.0.1:ECHO_PORT/mcp").replace("{spans}", "TMPDIR/spans.jsonl")
 
 
-def command_line() -> str:
-    return shlex.join([display_path(sys.executable), display_path(sys.argv[0]), *sys.argv[1:]])
-
-
-def machine() -> str:
-    uname = os.uname()
-    return (
-        f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
-        f"Python {platform.python_version()} ({platform.python_implementation()}), {uname.sysname} {uname.release}"
-    )
-
-
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def markdown_block(
-    summaries: list[Summary], args: argparse.Namespace, when: dt.datetime, loads: tuple[str, str]
+    summaries: list[Summary[HttpConfig]], args: argparse.Namespace, when: dt.datetime, loads: tuple[str, str]
 ) -> str:
     header, rows = table_rows(summaries)
     round_header = ["config", *[f"round {i + 1} p50 us / req/s" for i in range(args.rounds)]]
-    round_rows = [[s.config.name, *[f"{r.p50_us:.0f} / {r.requests_per_s:,.0f}" for r in s.rounds]] for s in summaries]
+    round_rows = [[s.config.name, *[f"{r.p50_us:.0f} / {r.rate_per_s:,.0f}" for r in s.rounds]] for s in summaries]
     return "\n".join(
         [
-            BEGIN_MARKER,
+            HTTP_BLOCK_BEGIN,
             "",
             "## Streamable HTTP: direct vs minimal relay vs mcpfault",
             "",
@@ -762,10 +638,7 @@ def markdown_block(
             " order, latency in alternating blocks); each figure is the median across rounds. Every answer is"
             " checked (status, id, echoed text).",
             "",
-            f"- Date: {when.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}",
-            f"- Machine: {machine()}; client, echo server and the process under test all share these CPUs",
-            f"- Load average (1/5/15 min) at start: {loads[0]}; at end: {loads[1]}",
-            f"- Command: `{command_line()}`",
+            *run_facts(when, loads, "; client, echo server and the process under test all share these CPUs"),
             f"- Settings: {args.rounds} rounds; {args.calls} sequential calls (+{args.warmup} warm-up) in blocks of"
             f" {args.block}; {args.clients} clients x {args.calls_per_client} calls in {args.throughput_parts}"
             f" alternating parts (+{args.client_warmup} warm-up each); payload {len(args.payload)} bytes of text",
@@ -782,25 +655,9 @@ def markdown_block(
             "",
             format_markdown_table(round_header, round_rows),
             "",
-            END_MARKER,
+            HTTP_BLOCK_END,
         ]
     )
-
-
-def write_block(path: Path, block: str) -> None:
-    """Replace the marked block of ``path`` (append it when absent); every other byte stays as it was."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    begin = text.find(BEGIN_MARKER)
-    end = text.find(END_MARKER, begin + len(BEGIN_MARKER)) if begin >= 0 else -1
-    if begin >= 0 and end >= 0:
-        text = text[:begin] + block + text[end + len(END_MARKER) :]
-    else:
-        if begin >= 0:
-            print(f"warning: {path} has {BEGIN_MARKER} but no {END_MARKER}: appending a new block", file=sys.stderr)
-        separator = "" if not text else ("\n" if text.endswith("\n") else "\n\n")
-        text = text + separator + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- main
@@ -833,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="extra",
         action="append",
         default=[],
-        type=parse_extra_config,
+        type=parse_http_config,
         metavar="NAME=COMMAND",
         help="an extra front process to measure (repeatable): it must print 'serving URL' or 'listening on URL';"
         " {upstream} in COMMAND is the echo server's URL (the SSE one when NAME ends in -sse)",
@@ -849,9 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    fill_defaults(args, QUICK if args.quick else FULL)
     if min(args.calls, args.rounds, args.block, args.clients, args.calls_per_client, args.throughput_parts) < 1:
         print(
             "--calls, --rounds, --block, --clients, --calls-per-client and --throughput-parts must be >= 1",
@@ -862,20 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         print("--warmup, --client-warmup and --payload-bytes must be >= 0", file=sys.stderr)
         return 2
     args.payload = "x" * args.payload_bytes
-    profile = Path(args.profile)
-    if not profile.is_absolute() and profile.exists():
-        profile = profile.resolve()
-    configs = default_configs(str(profile), args.sse) + args.extra
-    if args.only:
-        wanted = [name.strip() for name in args.only.split(",") if name.strip()]
-        unknown = set(wanted) - {c.name for c in configs}
-        if unknown:
-            print(f"--only: unknown configuration(s) {sorted(unknown)}", file=sys.stderr)
-            return 2
-        configs = [c for c in configs if c.name in wanted]
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        print(f"configuration names must be unique: {names}", file=sys.stderr)
+    profile = resolve_profile(args.profile)
+    configs = select_configs(default_configs(str(profile), args.sse) + args.extra, args.only)
+    if configs is None:
         return 2
     if not (ROOT / profile).exists():
         print(f"profile {args.profile} not found; pass --profile FILE", file=sys.stderr)
@@ -887,27 +731,15 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir = workdir
         try:
             summaries = run(configs, args)
-        except BenchError as exc:
-            print(f"\nbenchmark failed in {exc.config or '?'}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("\ninterrupted", file=sys.stderr)
-            return 130
+        except (BenchError, KeyboardInterrupt) as exc:
+            return failure_status(exc)
 
-    header, rows = table_rows(summaries)
-    print()
-    print(format_text_table(header, rows))
-    print()
-    for line in all_ratios(summaries, args.clients):
-        print(line)
-    for s in summaries:
-        if any(code != 0 for code in s.exit_codes):
-            print(f"warning: {s.config.name} exit codes after SIGTERM: {s.exit_codes} (None = had to be killed)")
-    loads = (load_at_start, load_average())
-    print(f"\nmachine: {machine()}; load average at start {loads[0]}, at end {loads[1]}")
+    loads = print_results(
+        summaries, table_rows(summaries), all_ratios(summaries, args.clients), "SIGTERM", load_at_start
+    )
     if args.markdown:
         path = Path(args.markdown)
-        write_block(path, markdown_block(summaries, args, when, loads))
+        write_http_block(path, markdown_block(summaries, args, when, loads))
         print(f"updated the HTTP block of {path}")
     return 0
 

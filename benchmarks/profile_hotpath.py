@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import stdio_overhead as bench  # noqa: E402 - a sibling script, not a package
+from common import BenchError, Config, parse_extra_config  # noqa: E402 - likewise
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +69,7 @@ def aggregate(raw: Path) -> tuple[int, collections.Counter[str], collections.Cou
     return total, own, inclusive
 
 
-def profile(config: bench.Config, args: argparse.Namespace, out_dir: Path) -> None:
+def profile(config: Config, args: argparse.Namespace, out_dir: Path) -> None:
     raw = out_dir / f"{config.name}.txt"
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     exit_codes: list[int | None] = []
@@ -105,7 +106,7 @@ def profile(config: bench.Config, args: argparse.Namespace, out_dir: Path) -> No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--config", dest="configs", action="append", required=True, type=bench.parse_extra_config)
+    parser.add_argument("--config", dest="configs", action="append", required=True, type=parse_extra_config)
     parser.add_argument("--calls", type=int, default=20_000, help="sequential round trips (default 20000)")
     parser.add_argument("--burst", type=int, default=100_000, help="pipelined requests (default 100000)")
     parser.add_argument("--warmup", type=int, default=500)
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         for config in args.configs:
             try:
                 profile(config, args, out_dir)
-            except bench.BenchError as exc:
+            except BenchError as exc:
                 print(f"profiling {config.name} failed: {exc}", file=sys.stderr)
                 return 1
     return 0

@@ -29,69 +29,60 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import select
 import shlex
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from common import (  # a sibling module: benchmarks/ is sys.path[0] when this runs as a script
+    INITIALIZED,
+    BenchError,
+    Config,
+    RoundResult,
+    Summary,
+    blame,
+    check_echo_tool,
+    check_initialize,
+    decode,
+    display_path,
+    echo_body,
+    failure_status,
+    fill_defaults,
+    format_markdown_table,
+    initialize_params,
+    is_echo_result,
+    jsonrpc_request,
+    load_average,
+    log_tail,
+    parse_extra_config,
+    print_results,
+    resolve_profile,
+    rotated,
+    round_result,
+    run_facts,
+    select_configs,
+    split,
+    stop_group,
+    write_keeping_http_block,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ECHO_SERVER = HERE / "echo_server.py"
 RELAY = HERE / "relay.py"
 DEFAULT_PROFILE = "profiles/baseline.toml"
-PROTOCOL_VERSION = "2025-11-25"
 CHUNK = 65536
-OTHER_BLOCK_MARKER = "<!-- http-benchmark:begin -->"  # http_overhead.py's section of the same report
 FULL = {"calls": 5000, "burst": 20000, "rounds": 5, "warmup": 200}
 QUICK = {"calls": 300, "burst": 3000, "rounds": 2, "warmup": 50}
 
 
-class BenchError(RuntimeError):
-    """A configuration misbehaved: no reply in time, a wrong reply, an early exit."""
-
-    def __init__(self, message: str, config: str | None = None) -> None:
-        super().__init__(message)
-        self.config = config
-
-
-@contextlib.contextmanager
-def blame(name: str) -> Iterator[None]:
-    """Tag a failure with the configuration it happened in (several children are alive at once)."""
-    try:
-        yield
-    except BenchError as exc:
-        if exc.config is None:
-            exc.config = name
-        raise
-
-
 # --------------------------------------------------------------------------- configurations
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    command: tuple[str, ...]
-
-
-def _display_path(path: str | Path) -> str:
-    # Commands in the report read better relative to the repo root, where they are meant to run.
-    text = str(path)
-    with contextlib.suppress(ValueError):
-        rel = os.path.relpath(text, Path.cwd())
-        if not rel.startswith(".."):
-            return rel
-    return text
 
 
 def default_configs(profile: str) -> list[Config]:
@@ -103,13 +94,6 @@ def default_configs(profile: str) -> list[Config]:
         # `-m mcpfault` is the same entry point as .venv/bin/mcpfault without depending on PATH.
         Config("mcpfault", (python, "-m", "mcpfault", "proxy", "--config", profile, "--", *server)),
     ]
-
-
-def parse_extra_config(spec: str) -> Config:
-    name, sep, command = spec.partition("=")
-    if not sep or not name.strip() or not command.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=COMMAND, got {spec!r}")
-    return Config(name.strip(), tuple(shlex.split(command)))
 
 
 # --------------------------------------------------------------------------- child process I/O
@@ -206,10 +190,7 @@ class Child:
             raise BenchError("the child closed its stdin (exited?)") from None
 
     def request(self, msg_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(json.dumps(message).encode() + b"\n")
+        self.send(jsonrpc_request(msg_id, method, params) + b"\n")
         reply = decode(self.reader.readline())
         if reply.get("id") != msg_id:
             raise BenchError(f"{method}: expected the reply to id {msg_id}, got {reply!r:.300}")
@@ -219,26 +200,13 @@ class Child:
         return result
 
     def stderr_tail(self, limit: int = 2000) -> str:
-        self.stderr.flush()
-        self.stderr.seek(0, os.SEEK_END)
-        size = self.stderr.tell()
-        self.stderr.seek(max(0, size - limit))
-        return self.stderr.read().decode("utf-8", "replace")
+        return log_tail(self.stderr, limit)
 
     def close(self, grace: float) -> int | None:
         """EOF the child, give it ``grace`` seconds to leave, then kill its whole group."""
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
-        code: int | None
-        try:
-            code = self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            code = None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if code is None:
-            self.proc.kill()
-            self.proc.wait()
+        code = stop_group(self.proc, grace)
         with contextlib.suppress(OSError):
             self.proc.stdout.close()  # type: ignore[union-attr]
         return code
@@ -265,28 +233,11 @@ def running(config: Config, timeout: float, grace: float, exit_codes: list[int |
             exit_codes.append(child.close(grace))
 
 
-def decode(line: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        raise BenchError(f"not JSON: {line[:300]!r}") from None
-    if not isinstance(value, dict):
-        raise BenchError(f"not a JSON object: {line[:300]!r}")
-    return value
-
-
 # --------------------------------------------------------------------------- the measurements
 
 
 def echo_request(msg_id: int, text: str) -> bytes:
-    # Compact, like a real client would send; json.dumps of the text alone handles the escaping.
-    return (
-        '{"jsonrpc":"2.0","id":'
-        + str(msg_id)
-        + ',"method":"tools/call","params":{"name":"echo","arguments":{"text":'
-        + json.dumps(text)
-        + "}}}\n"
-    ).encode()
+    return echo_body(msg_id, text) + b"\n"
 
 
 def echo_text(msg_id: int, payload: str) -> str:
@@ -308,34 +259,14 @@ def check_echo_replies(lines: Sequence[bytes], ids: Sequence[int], payload: str,
         raise BenchError(f"{len(missing)} replies missing (first ids {missing[:5]}), {len(by_id)} received")
     for msg_id in ids:
         reply = by_id[msg_id]
-        expected = echo_text(msg_id, payload)
-        result = reply.get("result")
-        ok = (
-            isinstance(result, dict)
-            and result.get("isError") is False
-            and result.get("content") == [{"type": "text", "text": expected}]
-            and result.get("structuredContent") == {"text": expected}
-        )
-        if not ok:
+        if not is_echo_result(reply.get("result"), echo_text(msg_id, payload)):
             raise BenchError(f"id {msg_id}: wrong reply {json.dumps(reply)[:300]}")
 
 
 def handshake(child: Child) -> None:
-    result = child.request(
-        0,
-        "initialize",
-        {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "mcpfault-stdio-bench", "version": "1.0.0"},
-        },
-    )
-    if result.get("protocolVersion") != PROTOCOL_VERSION:
-        raise BenchError(f"initialize: unexpected result {result!r:.300}")
-    child.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-    tools = child.request(1, "tools/list").get("tools")
-    if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("name") == "echo" for t in tools):
-        raise BenchError(f"tools/list: no echo tool in {tools!r:.300}")
+    check_initialize(child.request(0, "initialize", initialize_params("mcpfault-stdio-bench")))
+    child.send(INITIALIZED + b"\n")
+    check_echo_tool(child.request(1, "tools/list"))
 
 
 def measure_latency(child: Child, calls: int, payload: str) -> list[int]:
@@ -387,46 +318,10 @@ def measure_burst(child: Child, burst: int, payload: str) -> int:
     return elapsed
 
 
-# --------------------------------------------------------------------------- rounds and stats
+# --------------------------------------------------------------------------- rounds
 
 
-@dataclass
-class RoundResult:
-    p50_us: float
-    p90_us: float
-    p99_us: float
-    msgs_per_s: float
-
-
-@dataclass
-class Summary:
-    config: Config
-    rounds: list[RoundResult] = field(default_factory=list)
-    exit_codes: list[int | None] = field(default_factory=list)
-
-    def median(self, attr: str) -> float:
-        return float(statistics.median(getattr(r, attr) for r in self.rounds))
-
-
-def percentile(sorted_values: Sequence[int], pct: float) -> float:
-    # Nearest rank: always a value that was actually observed.
-    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
-    return float(sorted_values[rank - 1])
-
-
-def split(total: int, parts: int) -> list[int]:
-    """``total`` as ``parts`` near-equal positive sizes."""
-    parts = max(1, min(parts, total))
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def rotated(count: int, shift: int) -> list[int]:
-    # Rotating the order means no configuration is always measured first (or last) in a block.
-    shift %= count
-    return [*range(shift, count), *range(shift)]
-
-
-def run_round(summaries: list[Summary], round_index: int, args: argparse.Namespace) -> list[RoundResult]:
+def run_round(summaries: list[Summary[Config]], round_index: int, args: argparse.Namespace) -> list[RoundResult]:
     """One round: every configuration alive side by side, measured in small alternating blocks.
 
     On a small VM the cost of waking a sleeping process (most of a round trip) shifts by several
@@ -453,21 +348,10 @@ def run_round(summaries: list[Summary], round_index: int, args: argparse.Namespa
             for index in rotated(count, round_index + part):
                 with blame(summaries[index].config.name):
                     elapsed_ns[index] += measure_burst(by_index[index], size, args.payload)
-    results = []
-    for samples, elapsed in zip(latency, elapsed_ns, strict=True):
-        samples.sort()
-        results.append(
-            RoundResult(
-                p50_us=percentile(samples, 50) / 1000,
-                p90_us=percentile(samples, 90) / 1000,
-                p99_us=percentile(samples, 99) / 1000,
-                msgs_per_s=args.burst / (elapsed / 1e9),
-            )
-        )
-    return results
+    return [round_result(samples, args.burst, elapsed) for samples, elapsed in zip(latency, elapsed_ns, strict=True)]
 
 
-def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
+def run(configs: list[Config], args: argparse.Namespace) -> list[Summary[Config]]:
     summaries = [Summary(c) for c in configs]
     for round_index in range(args.rounds):
         results = run_round(summaries, round_index, args)
@@ -476,7 +360,7 @@ def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
             summary.rounds.append(result)
             progress.append(
                 f"{summary.config.name} p50 {result.p50_us:.1f} us p99 {result.p99_us:.1f} us"
-                f" {result.msgs_per_s:,.0f} msg/s"
+                f" {result.rate_per_s:,.0f} msg/s"
             )
         print(f"round {round_index + 1}/{args.rounds}: " + " | ".join(progress), file=sys.stderr)
     return summaries
@@ -485,7 +369,7 @@ def run(configs: list[Config], args: argparse.Namespace) -> list[Summary]:
 # --------------------------------------------------------------------------- report
 
 
-def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
+def table_rows(summaries: list[Summary[Config]]) -> tuple[list[str], list[list[str]]]:
     base = next((s for s in summaries if s.config.name == "direct"), None)
     header = ["config", "p50 us", "p90 us", "p99 us", "+p50 us", "+p99 us", "msgs/s", "msgs/s min-max"]
     rows = []
@@ -493,7 +377,7 @@ def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
         p50, p99 = s.median("p50_us"), s.median("p99_us")
         added_p50 = f"{p50 - base.median('p50_us'):+.1f}" if base else "n/a"
         added_p99 = f"{p99 - base.median('p99_us'):+.1f}" if base else "n/a"
-        rates = [r.msgs_per_s for r in s.rounds]
+        rates = [r.rate_per_s for r in s.rounds]
         rows.append(
             [
                 s.config.name,
@@ -502,14 +386,14 @@ def table_rows(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
                 f"{p99:.1f}",
                 added_p50,
                 added_p99,
-                f"{s.median('msgs_per_s'):,.0f}",
+                f"{s.median('rate_per_s'):,.0f}",
                 f"{min(rates):,.0f}-{max(rates):,.0f}",
             ]
         )
     return header, rows
 
 
-def ratios(summaries: list[Summary]) -> list[str]:
+def ratios(summaries: list[Summary[Config]]) -> list[str]:
     by_name = {s.config.name: s for s in summaries}
     if not {"direct", "relay", "mcpfault"} <= by_name.keys():
         return ["ratios need the direct, relay and mcpfault configurations"]
@@ -536,59 +420,24 @@ def ratios(summaries: list[Summary]) -> list[str]:
             f"mcpfault-traced-metrics added p50 / relay added p50 = {traced_added:.1f} / {relay_added:.1f} us"
             f" = {ratio:.2f} ({verdict} target <= 2.5)"
         )
-    rate_ratio = proxy.median("msgs_per_s") / relay.median("msgs_per_s")
+    rate_ratio = proxy.median("rate_per_s") / relay.median("rate_per_s")
     verdict = "meets" if rate_ratio >= 0.8 else "MISSES"
     lines.append(
-        f"mcpfault msgs/s / relay msgs/s = {proxy.median('msgs_per_s'):,.0f} / {relay.median('msgs_per_s'):,.0f}"
+        f"mcpfault msgs/s / relay msgs/s = {proxy.median('rate_per_s'):,.0f} / {relay.median('rate_per_s'):,.0f}"
         f" = {rate_ratio:.2f} ({verdict} target >= 0.8)"
     )
     return lines
 
 
-def format_text_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = []
-    for index, row in enumerate([header, *rows]):
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells))
-        if index == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def format_markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def command_line() -> str:
-    return shlex.join([_display_path(sys.executable), _display_path(sys.argv[0]), *sys.argv[1:]])
-
-
-def machine() -> str:
-    uname = os.uname()
-    return (
-        f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
-        f"Python {platform.python_version()} ({platform.python_implementation()}), {uname.sysname} {uname.release}"
-    )
-
-
-def load_average() -> str:
-    # Other work on the machine changes wake-up costs a lot; the report should show how busy it was.
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def markdown_report(
-    summaries: list[Summary], args: argparse.Namespace, started: dt.datetime, loads: tuple[str, str]
+    summaries: list[Summary[Config]], args: argparse.Namespace, started: dt.datetime, loads: tuple[str, str]
 ) -> str:
     header, rows = table_rows(summaries)
     config_lines = [
-        f"- `{s.config.name}`: `{shlex.join(_display_path(p) for p in s.config.command)}`" for s in summaries
+        f"- `{s.config.name}`: `{shlex.join(display_path(p) for p in s.config.command)}`" for s in summaries
     ]
     round_header = ["config", *[f"round {i + 1} p50 us / msgs/s" for i in range(args.rounds)]]
-    round_rows = [[s.config.name, *[f"{r.p50_us:.1f} / {r.msgs_per_s:,.0f}" for r in s.rounds]] for s in summaries]
+    round_rows = [[s.config.name, *[f"{r.p50_us:.1f} / {r.rate_per_s:,.0f}" for r in s.rounds]] for s in summaries]
     return "\n".join(
         [
             "# Performance: stdio overhead",
@@ -601,10 +450,7 @@ def markdown_report(
             " In each round all configurations run side by side and are measured in alternating blocks"
             " (rotating order), so machine noise hits them alike; each figure is the median across rounds.",
             "",
-            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}",
-            f"- Machine: {machine()}",
-            f"- Load average (1/5/15 min) at start: {loads[0]}; at end: {loads[1]}",
-            f"- Command: `{command_line()}`",
+            *run_facts(started, loads),
             f"- Settings: {args.rounds} rounds, {args.calls} sequential calls (+{args.warmup} warm-up),"
             f" in blocks of {args.block}; burst of {args.burst} in {args.burst_parts} parts;"
             f" payload {len(args.payload)} bytes of text",
@@ -662,10 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    defaults = QUICK if args.quick else FULL
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    fill_defaults(args, QUICK if args.quick else FULL)
     if min(args.calls, args.burst, args.rounds, args.block, args.burst_parts) < 1:
         print("--calls, --burst, --rounds, --block and --burst-parts must be >= 1", file=sys.stderr)
         return 2
@@ -674,23 +517,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.payload = "x" * args.payload_bytes
 
-    # Children run in the repo root; a profile path relative to the caller's cwd must survive that.
-    profile = Path(args.profile)
-    if not profile.is_absolute() and profile.exists():
-        profile = profile.resolve()
-    configs = default_configs(str(profile)) + args.extra
-    if args.only:
-        wanted = [name.strip() for name in args.only.split(",") if name.strip()]
-        unknown = set(wanted) - {c.name for c in configs}
-        if unknown:
-            print(f"--only: unknown configuration(s) {sorted(unknown)}", file=sys.stderr)
-            return 2
-        configs = [c for c in configs if c.name in wanted]
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        print(f"configuration names must be unique: {names}", file=sys.stderr)
+    profile = resolve_profile(args.profile)
+    configs = select_configs(default_configs(str(profile)) + args.extra, args.only)
+    if configs is None:
         return 2
-    if "mcpfault" in names and not (ROOT / profile).exists():
+    if "mcpfault" in {c.name for c in configs} and not (ROOT / profile).exists():
         print(f"profile {args.profile} not found; pass --profile FILE or --only direct,relay", file=sys.stderr)
         return 2
 
@@ -698,36 +529,14 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = load_average()
     try:
         summaries = run(configs, args)
-    except BenchError as exc:
-        print(f"\nbenchmark failed in {exc.config or '?'}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+    except (BenchError, KeyboardInterrupt) as exc:
+        return failure_status(exc)
 
-    header, rows = table_rows(summaries)
-    print()
-    print(format_text_table(header, rows))
-    print()
-    for line in ratios(summaries):
-        print(line)
-    for s in summaries:
-        odd = [code for code in s.exit_codes if code != 0]
-        if odd:
-            # Not fatal for the figures, but a clean EOF should end every transport with 0.
-            print(f"warning: {s.config.name} exit codes after EOF: {s.exit_codes} (None = had to be killed)")
-    loads = (load_at_start, load_average())
-    print(f"\nmachine: {machine()}; load average at start {loads[0]}, at end {loads[1]}")
+    loads = print_results(summaries, table_rows(summaries), ratios(summaries), "EOF", load_at_start)
     if args.markdown:
         path = Path(args.markdown)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = markdown_report(summaries, args, started, loads)
         # http_overhead.py keeps its own marked block in the same file: leave it as it was.
-        old = path.read_text(encoding="utf-8") if path.exists() else ""
-        begin = old.find(OTHER_BLOCK_MARKER)
-        if begin >= 0:
-            text = text + "\n" + old[begin:]
-        path.write_text(text, encoding="utf-8")
+        write_keeping_http_block(path, markdown_report(summaries, args, started, loads))
         print(f"wrote {path}")
     return 0
 
