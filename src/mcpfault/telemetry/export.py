@@ -25,8 +25,8 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -41,13 +41,12 @@ from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_HEADERS, 
 from opentelemetry.util.re import parse_env_headers
 
 from mcpfault.telemetry.logging import redact_text
-from mcpfault.telemetry.tracing import _traces_endpoint
+from mcpfault.telemetry.tracing import redact_userinfo, traces_endpoint
 
 _log = logging.getLogger(__name__)
 
 SPAN_FILE_GLOB: Final = "*spans.jsonl"
 RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})  # the OTLP/HTTP specification's list
-_USERINFO: Final = re.compile(r"//[^/@]*@")
 _MAX_ERRORS: Final = 10  # failure messages kept in the summary
 _NON_PRINTABLE: Final = re.compile(r"[^\x20-\x7e]+")
 
@@ -103,32 +102,22 @@ class ExportSummary:
         return text + ("; " + ", ".join(problems) if problems else "")
 
 
-@dataclass
-class _Tally:
-    endpoint: str
-    files: int = 0
-    spans: int = 0
-    batches: int = 0
-    failures: int = 0
-    failed_spans: int = 0
-    rejected_spans: int = 0
-    skipped_lines: int = 0
-    retries: int = 0
-    errors: list[str] = field(default_factory=list)
+class ExportTally:
+    """The counts of an export in progress; ``summary`` is where they stand now.
 
-    def freeze(self) -> ExportSummary:
-        return ExportSummary(
-            endpoint=self.endpoint,
-            files=self.files,
-            spans=self.spans,
-            batches=self.batches,
-            failures=self.failures,
-            failed_spans=self.failed_spans,
-            rejected_spans=self.rejected_spans,
-            skipped_lines=self.skipped_lines,
-            retries=self.retries,
-            errors=tuple(self.errors),
-        )
+    ``add`` adds to the counts by field name (``tally.add(batches=1, spans=12)``), ``note`` keeps a
+    failure message, up to ``_MAX_ERRORS`` of them.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.summary = ExportSummary(endpoint=endpoint)
+
+    def add(self, **counts: int) -> None:
+        self.summary = replace(self.summary, **{name: getattr(self.summary, name) + n for name, n in counts.items()})
+
+    def note(self, error: str) -> None:
+        if len(self.summary.errors) < _MAX_ERRORS:
+            self.summary = replace(self.summary, errors=(*self.summary.errors, error))
 
 
 def export_run(
@@ -155,8 +144,7 @@ def export_run(
     404, 405, 415) or keeps answering a retryable status. A batch the collector rejects for its
     content (400, 413, 500, ...) is counted in ``failures`` and the export goes on.
     """
-    url = _traces_endpoint(endpoint)
-    shown = _USERINFO.sub("//***@", url)
+    url = traces_endpoint(endpoint)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"run directory {run_dir} does not exist or is not a directory")
@@ -167,24 +155,18 @@ def export_run(
             "(run and bench write client-spans.jsonl, proxy-spans.jsonl and server-spans.jsonl per session)"
         )
 
-    sender = _Sender(
-        url=url,
-        shown=shown,
-        headers=_env_headers(),
-        timeout_s=timeout_s,
-        max_attempts=max_attempts,
-        max_retry_wait_s=max_retry_wait_s,
-        sleep=sleep,
+    sender = OtlpSender(
+        url=url, timeout_s=timeout_s, max_attempts=max_attempts, max_retry_wait_s=max_retry_wait_s, sleep=sleep
     )
-    tally = _Tally(endpoint=shown)
+    tally = ExportTally(endpoint=sender.shown)
     for path in files:
-        tally.files += 1
+        tally.add(files=1)
         for batch, span_count in _batches(path, tally, max_batch_spans, max_batch_bytes):
             try:
                 sender.send(batch, span_count, tally)
             except ExportError as exc:
-                raise ExportError(str(exc), tally.freeze()) from None
-    summary = tally.freeze()
+                raise ExportError(str(exc), tally.summary) from None
+    summary = tally.summary
     _log.info("%s", summary.describe())
     return summary
 
@@ -192,7 +174,7 @@ def export_run(
 # --- reading and converting ---------------------------------------------------------------------
 
 
-def _batches(path: Path, tally: _Tally, max_spans: int, max_bytes: int) -> Iterator[tuple[bytes, int]]:
+def _batches(path: Path, tally: ExportTally, max_spans: int, max_bytes: int) -> Iterator[tuple[bytes, int]]:
     """Serialized requests of whole lines from ``path``, with their span counts."""
     batch = ExportTraceServiceRequest()
     spans = size = 0
@@ -212,7 +194,7 @@ def _batches(path: Path, tally: _Tally, max_spans: int, max_bytes: int) -> Itera
         yield batch.SerializeToString(), spans
 
 
-def _requests(path: Path, tally: _Tally) -> Iterator[ExportTraceServiceRequest]:
+def _requests(path: Path, tally: ExportTally) -> Iterator[ExportTraceServiceRequest]:
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
@@ -220,7 +202,7 @@ def _requests(path: Path, tally: _Tally) -> Iterator[ExportTraceServiceRequest]:
             try:
                 yield otlp_json_to_protobuf(json.loads(raw))
             except (ValueError, TypeError, ParseError) as exc:
-                tally.skipped_lines += 1
+                tally.add(skipped_lines=1)
                 if raw.endswith(b"\n"):
                     _log.warning("%s:%d: skipped a line that is not an OTLP JSON trace request (%s)", path, number, exc)
                 else:  # a torn last line: its writer was caught mid-batch
@@ -276,20 +258,27 @@ def _env_headers() -> dict[str, str]:
     return dict(parse_env_headers(raw, liberal=True))
 
 
-class _Sender:
+class OtlpSender:
+    """POSTs serialized ``ExportTraceServiceRequest`` bodies to ``url``, retrying as the OTLP/HTTP spec says.
+
+    ``headers`` default to ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``; their values never appear in a
+    message. ``shown`` is ``url`` without credentials, for messages.
+    """
+
     def __init__(
         self,
         *,
         url: str,
-        shown: str,
-        headers: dict[str, str],
+        headers: Mapping[str, str] | None = None,
         timeout_s: float,
         max_attempts: int,
         max_retry_wait_s: float,
-        sleep: Callable[[float], None],
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if headers is None:
+            headers = _env_headers()
         self.url = url
-        self.shown = shown
+        self.shown = redact_userinfo(url)
         self.headers = {**headers, "Content-Type": "application/x-protobuf", "User-Agent": "mcpfault-export"}
         self.secrets = [value for value in headers.values() if len(value) >= 4]
         self.timeout_s = timeout_s
@@ -297,7 +286,12 @@ class _Sender:
         self.max_retry_wait_s = max_retry_wait_s
         self.sleep = sleep
 
-    def send(self, body: bytes, span_count: int, tally: _Tally) -> None:
+    def send(self, body: bytes, span_count: int, tally: ExportTally) -> None:
+        """Send one batch of ``span_count`` spans, counting the outcome in ``tally``.
+
+        Raises ``ExportError`` when the endpoint is unreachable, refuses the export or stays busy;
+        a batch rejected for its content is counted in ``tally`` instead.
+        """
         for attempt in range(1, self.max_attempts + 1):
             last = attempt == self.max_attempts
             request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
@@ -314,7 +308,7 @@ class _Sender:
                             f"OTLP endpoint {self.shown} still answered {status} {_reason(status)} after "
                             f"{self.max_attempts} attempts{detail}; the collector is overloaded or down, try later"
                         ) from None
-                    tally.retries += 1
+                    tally.add(retries=1)
                     self.sleep(self._wait(retry_after, attempt))
                     continue
                 if status in (401, 403):
@@ -327,29 +321,27 @@ class _Sender:
                         f"OTLP endpoint {self.shown} refused the export: {status} {_reason(status)}{detail}; "
                         "is it a collector's OTLP/HTTP receiver (port 4318, path /v1/traces, protobuf)?"
                     ) from None
-                tally.failures += 1
-                tally.failed_spans += span_count
                 problem = f"{status} {_reason(status)}{detail}"
-                if len(tally.errors) < _MAX_ERRORS:
-                    tally.errors.append(problem)
+                tally.add(failures=1, failed_spans=span_count)
+                tally.note(problem)
                 _log.warning("OTLP endpoint %s rejected %d spans: %s", self.shown, span_count, problem)
                 return
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                 # Nothing listens there, or the name does not resolve: no point retrying before the
                 # first success. A reset or a timeout may be a collector restarting: retried.
-                unreachable = isinstance(reason, ConnectionRefusedError | socket.gaierror) and tally.batches == 0
+                before_first_success = tally.summary.batches == 0
+                unreachable = isinstance(reason, ConnectionRefusedError | socket.gaierror) and before_first_success
                 if unreachable or last:
                     raise ExportError(
                         f"cannot reach OTLP endpoint {self.shown}: {self._clean(str(reason))}; is the collector "
                         "running and listening there (OTLP/HTTP, usually port 4318)?"
                     ) from None
-                tally.retries += 1
+                tally.add(retries=1)
                 self.sleep(self._wait(None, attempt))
 
-    def _accepted(self, body: bytes, span_count: int, tally: _Tally) -> None:
-        tally.batches += 1
-        tally.spans += span_count
+    def _accepted(self, body: bytes, span_count: int, tally: ExportTally) -> None:
+        tally.add(batches=1, spans=span_count)
         if not body:
             return
         answer = ExportTraceServiceResponse()
@@ -359,11 +351,9 @@ class _Sender:
             return  # a JSON or empty-ish body from a lenient receiver: the 2xx is what counts
         rejected = answer.partial_success.rejected_spans
         if rejected:
-            tally.rejected_spans += rejected
-            tally.spans -= min(rejected, span_count)
+            tally.add(rejected_spans=rejected, spans=-min(rejected, span_count))
             message = self._clean(answer.partial_success.error_message)
-            if len(tally.errors) < _MAX_ERRORS:
-                tally.errors.append(f"partial success: {rejected} spans rejected ({message})")
+            tally.note(f"partial success: {rejected} spans rejected ({message})")
 
     def _wait(self, retry_after: str | None, attempt: int) -> float:
         seconds = _retry_after_s(retry_after)
@@ -383,7 +373,7 @@ class _Sender:
         # A receiver might echo what it was sent: keep header values out of every message.
         for secret in self.secrets:
             text = text.replace(secret, "[redacted]")
-        return _USERINFO.sub("//***@", redact_text(text))
+        return redact_userinfo(redact_text(text))
 
 
 def _reason(status: int) -> str:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from opentelemetry.sdk.environment_variables import (
@@ -34,16 +34,12 @@ from opentelemetry.sdk.environment_variables import (
 from opentelemetry.trace import SpanKind
 
 from mcpfault.telemetry import names
-from mcpfault.telemetry.tracing import (
-    _FLAG_HAS_IS_REMOTE,
-    _FLAG_IS_REMOTE,
-    _KIND_TO_OTLP,
-    _USERINFO,
-    OtlpJsonLinesExporter,
-    _json_value,
-    _resource,
-    _traces_endpoint,
-)
+from mcpfault.telemetry.otlp_json import KIND_TO_OTLP, encode_value, span_flags
+from mcpfault.telemetry.span_files import OtlpJsonLinesExporter
+from mcpfault.telemetry.tracing import service_resource, traces_endpoint
+
+if TYPE_CHECKING:
+    from mcpfault.telemetry.export import OtlpSender
 
 _log = logging.getLogger(__name__)
 
@@ -150,12 +146,12 @@ class SpanHandle:
 def resolve_endpoint(otlp_endpoint: str | None) -> str | None:
     """The traces URL: the argument (a base or a full URL), else the environment as the SDK reads it."""
     if otlp_endpoint:
-        return _traces_endpoint(otlp_endpoint)
+        return traces_endpoint(otlp_endpoint)
     signal = os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
     if signal:
         return signal  # the signal's own variable is the full URL, taken verbatim
     generic = os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip()
-    return _traces_endpoint(generic) if generic else None
+    return traces_endpoint(generic) if generic else None
 
 
 class SpanRecorder:
@@ -186,10 +182,10 @@ class SpanRecorder:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._url = resolve_endpoint(otlp_endpoint)  # raises ValueError for a bad argument
-        resource = _resource(service_name, resource_attributes)
+        resource = service_resource(service_name, resource_attributes)
         head: dict[str, Any] = {}
         if resource.attributes:
-            head["attributes"] = [{"key": k, "value": _json_value(v)} for k, v in resource.attributes.items()]
+            head["attributes"] = [{"key": k, "value": encode_value(v)} for k, v in resource.attributes.items()]
         self._resource_entry: dict[str, Any] = {"resource": head}
         if resource.schema_url:
             self._resource_entry["schemaUrl"] = resource.schema_url
@@ -198,19 +194,11 @@ class SpanRecorder:
             scope["version"] = scope_version
         self._scope = scope
         self._file = OtlpJsonLinesExporter(spans_file) if spans_file is not None else None
-        self._sender: Any = None
+        self._sender: OtlpSender | None = None
         if self._url is not None:
-            from mcpfault.telemetry import export  # protobuf modules: only when sending
+            from mcpfault.telemetry.export import OtlpSender  # protobuf modules: only when sending
 
-            self._sender = export._Sender(
-                url=self._url,
-                shown=_USERINFO.sub("//***@", self._url),
-                headers=export._env_headers(),
-                timeout_s=5.0,
-                max_attempts=3,
-                max_retry_wait_s=2.0,
-                sleep=time.sleep,
-            )
+            self._sender = OtlpSender(url=self._url, timeout_s=5.0, max_attempts=3, max_retry_wait_s=2.0)
 
     # -- the hot path ------------------------------------------------------------------------------
 
@@ -237,7 +225,7 @@ class SpanRecorder:
         tracestate: str | None = None,
     ) -> SpanHandle:
         """A span, child of ``traceparent`` when that is valid, else the root of a new trace."""
-        otlp_kind = _KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
+        otlp_kind = KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
         parent = parse_traceparent(traceparent)
         if parent is None:
             return SpanHandle(
@@ -325,25 +313,23 @@ class SpanRecorder:
             return
         if self._file is not None:
             try:
-                with self._file._lock:
-                    if self._file._file is not None:
-                        self._file._write_all(line)
+                self._file.write_line(line)
             except OSError:
                 _log.exception("could not write spans to %s", self._file.path)
         if self._sender is not None:
-            self._post(request, len(batch))
+            self._post(self._sender, request, len(batch))
 
-    def _post(self, request: dict[str, Any], count: int) -> None:
-        from mcpfault.telemetry import export
+    def _post(self, sender: OtlpSender, request: dict[str, Any], count: int) -> None:
+        from mcpfault.telemetry.export import ExportError, ExportTally, otlp_json_to_protobuf
 
         try:
             # The conversion rewrites ids in place: give it its own copy of the request.
-            body = export.otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
-            self._sender.send(body, count, export._Tally(endpoint=self._sender.shown))
-        except export.ExportError as exc:  # already free of credentials
+            body = otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
+            sender.send(body, count, ExportTally(endpoint=sender.shown))
+        except ExportError as exc:  # already free of credentials
             _log.warning("%d spans not exported: %s", count, exc)
         except Exception:
-            _log.exception("%d spans not exported to %s", count, self._sender.shown)
+            _log.exception("%d spans not exported to %s", count, sender.shown)
 
     def otlp_json_request(self, batch: list[tuple[Any, ...]]) -> dict[str, Any]:
         """One ``ExportTraceServiceRequest`` in OTLP JSON, as ``OtlpJsonLinesExporter`` writes it."""
@@ -411,7 +397,7 @@ def _attributes(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
             out.append(entry)
             continue
         try:
-            out.append({"key": key, "value": _json_value(value)})
+            out.append({"key": key, "value": encode_value(value)})
         except (TypeError, ValueError) as exc:  # lose the attribute, not the span
             _log.warning("span attribute %r not encoded: %s", key, exc)
     return out
@@ -453,5 +439,5 @@ def _json_span(
             status["message"] = error[0]
         status["code"] = 2  # STATUS_CODE_ERROR
     out["status"] = status
-    out["flags"] = _FLAG_HAS_IS_REMOTE | (_FLAG_IS_REMOTE if handle.parent_span_id is not None else 0)
+    out["flags"] = span_flags(remote_parent=handle.parent_span_id is not None)
     return out

@@ -14,15 +14,14 @@ import hmac
 import ipaddress
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
-from wsgiref.simple_server import make_server
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
-from prometheus_client.exposition import _SilentHandler as _QuietHandler
 
 from mcpfault.telemetry import names
 
@@ -44,7 +43,23 @@ def _exemplar(trace_id_hex: str | None) -> dict[str, str] | None:
     return {names.EXEMPLAR_TRACE_ID: trace_id_hex}
 
 
-class ProxyMetrics:
+class _Metrics:
+    """Metrics declared in one registry: the one given, or a new one of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+
+    def _counter(self, name: str, documentation: str, labels: Sequence[str]) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, labels: Sequence[str]) -> Gauge:
+        return Gauge(name, documentation, labels, registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, documentation, labels, registry=self.registry, buckets=buckets)
+
+
+class ProxyMetrics(_Metrics):
     """The proxy's metrics for one transport.
 
     ``fault_types`` and ``fault_modes`` are the label values allowed (the fault catalog's names and
@@ -64,48 +79,42 @@ class ProxyMetrics:
     ) -> None:
         if transport not in names.TRANSPORTS:
             raise ValueError(f"unknown transport {transport!r} for metrics; use one of {', '.join(names.TRANSPORTS)}")
+        super().__init__(registry)
         self.transport = transport
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._fault_types = frozenset(fault_types) | {names.FAULT_TYPE_NONE}
         self._fault_modes = frozenset(fault_modes)
 
-        self._requests = Counter(
+        self._requests = self._counter(
             names.REQUESTS_TOTAL,
             "MCP messages from the client, by method and by the fault injected (none when untouched).",
             names.REQUESTS_TOTAL_LABELS,
-            registry=self.registry,
         )
-        self._faults = Counter(
+        self._faults = self._counter(
             names.FAULTS_INJECTED_TOTAL,
             "Faults injected, by fault type and mode.",
             names.FAULTS_INJECTED_TOTAL_LABELS,
-            registry=self.registry,
         )
-        self._duration = Histogram(
+        self._duration = self._histogram(
             names.REQUEST_DURATION_SECONDS,
             "End-to-end request duration through the proxy, as the client sees it (injected delays included).",
             names.REQUEST_DURATION_SECONDS_LABELS,
-            registry=self.registry,
-            buckets=names.MCP_DURATION_BUCKETS,
+            names.MCP_DURATION_BUCKETS,
         )
-        self._added = Histogram(
+        self._added = self._histogram(
             names.PROXY_ADDED_SECONDS,
             "Time the proxy itself adds to a request (parsing, deciding, relaying; injected delays excluded).",
             names.PROXY_ADDED_SECONDS_LABELS,
-            registry=self.registry,
-            buckets=names.PROXY_ADDED_BUCKETS,
+            names.PROXY_ADDED_BUCKETS,
         )
-        self._in_flight = Gauge(
+        self._in_flight = self._gauge(
             names.REQUESTS_IN_FLIGHT,
             "Requests forwarded or held by the proxy and not yet answered.",
             names.REQUESTS_IN_FLIGHT_LABELS,
-            registry=self.registry,
         )
-        self._exits = Counter(
+        self._exits = self._counter(
             names.UPSTREAM_EXITS_TOTAL,
             "Times the upstream MCP server exited or its connection closed.",
             names.UPSTREAM_EXITS_TOTAL_LABELS,
-            registry=self.registry,
         )
         # One transport per object, so these children never change.
         self._added_child = self._added.labels(transport)
@@ -163,7 +172,7 @@ class ProxyMetrics:
         self._exits_child.inc()
 
 
-class HarnessMetrics:
+class HarnessMetrics(_Metrics):
     """Outcomes of `run`/`bench` tasks; pushed to a Pushgateway since a run ends before any scrape.
 
     ``profile`` and ``agent`` label values come from the run's own configuration (a handful per
@@ -171,37 +180,32 @@ class HarnessMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self._outcomes = Counter(
+        super().__init__(registry)
+        self._outcomes = self._counter(
             names.TASK_OUTCOMES_TOTAL,
             "Agent tasks by judged outcome (success, recovered, failed_detected, failed_silent).",
             names.TASK_OUTCOMES_TOTAL_LABELS,
-            registry=self.registry,
         )
-        self._recovery = Histogram(
+        self._recovery = self._histogram(
             names.TASK_RECOVERY_SECONDS,
             "Time from the first injected fault in a task to the agent's successful recovery.",
             names.TASK_RECOVERY_SECONDS_LABELS,
-            registry=self.registry,
-            buckets=names.MCP_DURATION_BUCKETS,
+            names.MCP_DURATION_BUCKETS,
         )
-        self._retries = Counter(
+        self._retries = self._counter(
             names.TASK_RETRIES_TOTAL,
             "Requests the agent re-issued after a failure.",
             names.TASK_RETRIES_TOTAL_LABELS,
-            registry=self.registry,
         )
-        self._duplicates = Counter(
+        self._duplicates = self._counter(
             names.DUPLICATES_TOTAL,
             "Side effects the server performed more than once for one intended action.",
             names.DUPLICATES_TOTAL_LABELS,
-            registry=self.registry,
         )
-        self._silent = Counter(
+        self._silent = self._counter(
             names.SILENT_FAILURES_TOTAL,
             "Tasks the agent reported as done although the world says otherwise.",
             names.SILENT_FAILURES_TOTAL_LABELS,
-            registry=self.registry,
         )
 
     def record_outcome(self, profile: str, agent: str, outcome: str, trace_id_hex: str | None = None) -> None:
@@ -370,6 +374,13 @@ def start_metrics_server(
     thread = threading.Thread(target=httpd.serve_forever, args=(0.1,), name=f"mcpfault-metrics-{port}", daemon=True)
     thread.start()
     return MetricsServer(httpd, thread), thread
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Writes no access-log line to stderr per scrape, as the base class would."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def _address_family(host: str) -> int:

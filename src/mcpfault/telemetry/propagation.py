@@ -1,0 +1,60 @@
+"""W3C trace context (``traceparent``, ``tracestate``, ``baggage``) carried in ``params._meta``.
+
+The SDK's propagators over a JSON object instead of HTTP headers, as the MCP conventions ask. The
+proxy's hot path has its own stricter ``traceparent`` parser (``fastspans.parse_traceparent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.context import Context
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import Getter, Setter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+
+class _MetaGetter(Getter[Mapping[str, Any]]):
+    # A peer writes _meta; anything but a string value is treated as absent, never an exception.
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        value = carrier.get(key)
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        return [k for k in carrier if isinstance(k, str)]
+
+
+class _MetaSetter(Setter[dict[str, Any]]):
+    def set(self, carrier: dict[str, Any], key: str, value: str) -> None:
+        carrier[key] = value
+
+
+_PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+_GETTER = _MetaGetter()
+_SETTER = _MetaSetter()
+
+
+def extract_context(meta: Mapping[str, Any] | None) -> Context:
+    """The trace context a peer sent in ``params._meta`` (``traceparent``, ``tracestate``, ``baggage``).
+
+    Starts from an empty context rather than the current one, so a request without a valid
+    ``traceparent`` starts a new trace instead of inheriting whatever the caller had open. Never
+    raises: malformed or mistyped values give an empty context.
+    """
+    if not isinstance(meta, Mapping):
+        return Context()
+    try:
+        return _PROPAGATOR.extract(meta, context=Context(), getter=_GETTER)
+    except Exception:  # a peer's bytes must never crash the proxy
+        return Context()
+
+
+def inject_context(meta: dict[str, Any], context: Context | None = None) -> dict[str, Any]:
+    """Write ``context``'s (default: the current) trace context into ``meta`` in place; returns ``meta``.
+
+    With no valid span in the context nothing is written, so a peer's own ``traceparent`` survives.
+    """
+    _PROPAGATOR.inject(meta, context=context, setter=_SETTER)
+    return meta

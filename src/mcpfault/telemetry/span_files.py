@@ -1,0 +1,244 @@
+"""OTLP JSON-lines span files: the exporter that writes them and the reader the analysis joins on.
+
+One line per export batch, each an OTLP JSON ``ExportTraceServiceRequest`` (see ``otlp_json``), the
+way the collector's file exporter writes them. Several processes of one run may append to one file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final, NamedTuple
+
+from opentelemetry.sdk.resources import SERVICE_NAME
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
+
+from mcpfault.telemetry.otlp_json import KIND_FROM_OTLP, encode_otlp_json
+
+_log = logging.getLogger(__name__)
+
+_KIND_NAMES: Final = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+_STATUS_NAMES: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Each export batch as one line of OTLP JSON, the way the collector's file exporter writes it.
+
+    The file is opened for append, unbuffered, and each line goes out in one ``write`` call: with
+    O_APPEND that keeps lines from several processes of one run whole rather than interleaved, and a
+    crash loses at most the batch in flight, leaving at worst a torn last line that ``read_spans`` skips.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file: IO[bytes] | None = self._path.open("ab", buffering=0)
+        # A previous writer that died mid-line left a torn line; end it so our first line stays whole.
+        if self._path.stat().st_size > 0 and not _ends_with_newline(self._path):
+            self._write_all(b"\n")
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        try:
+            line = encode_otlp_json(spans)
+        except Exception:  # a bad attribute must not kill the exporter thread
+            _log.exception("could not encode %d spans as OTLP JSON", len(spans))
+            return SpanExportResult.FAILURE
+        try:
+            written = self.write_line(line)
+        except OSError:
+            _log.exception("could not write spans to %s", self._path)
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
+
+    def write_line(self, line: bytes) -> bool:
+        """Append ``line`` (an encoded request, newline included) whole; False once shut down.
+
+        Raises ``OSError`` when the file cannot take it. For writers that encode spans themselves.
+        """
+        with self._lock:
+            if self._file is None:
+                return False
+            self._write_all(line)
+            return True
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._file is not None
+        view = memoryview(data)
+        while view:  # a raw write may be short (a full disk, a signal); never leave half a line unsaid
+            written = self._file.write(view)
+            if not written:
+                raise OSError(f"could not write to {self._path}")
+            view = view[written:]
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # unbuffered: every line is in the file once export returns
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+AttributeValue = str | bool | int | float | bytes | tuple[Any, ...] | dict[str, Any] | None
+
+
+class SpanEvent(NamedTuple):
+    name: str
+    attributes: dict[str, AttributeValue]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanView:
+    """One span as read back from an OTLP JSON file: what the analysis layer joins on."""
+
+    trace_id: str  # 32 lowercase hex digits
+    span_id: str  # 16 lowercase hex digits
+    parent_span_id: str | None
+    name: str
+    kind: SpanKind
+    start_unix_nano: int
+    end_unix_nano: int
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    events: tuple[SpanEvent, ...] = ()
+    status_code: StatusCode = StatusCode.UNSET
+    status_message: str = ""
+    service_name: str | None = None  # the resource's service.name: which process emitted it
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_unix_nano - self.start_unix_nano) / 1e9
+
+
+def read_spans(path: Path) -> list[SpanView]:
+    """Every span in an OTLP JSON-lines file, in file order.
+
+    Lenient by design, since the file may still be written to or its writer may have crashed: a
+    torn last line is skipped silently, and any other line that is not an OTLP JSON request is
+    skipped with a warning naming the file and line, so one bad batch never hides the others.
+    Ids may be hex (OTLP JSON) or base64 (plain protobuf JSON); enums may be integers or names.
+    """
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a line its writer never finished
+    spans: list[SpanView] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            spans.extend(_parse_request(json.loads(line)))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            _log.warning("%s:%d: skipped a line that is not an OTLP JSON trace request (%s)", path, number, exc)
+    if torn.strip():
+        try:
+            spans.extend(_parse_request(json.loads(torn)))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            pass  # a writer caught mid-line: the rest of the batch never reached the file
+    return spans
+
+
+def _parse_request(message: Any) -> Iterator[SpanView]:
+    if not isinstance(message, dict) or not isinstance(message.get("resourceSpans"), list):
+        raise ValueError("no resourceSpans list")
+    for resource_spans in message["resourceSpans"]:
+        resource = _attributes(resource_spans.get("resource", {}).get("attributes", ()))
+        service = resource.get(SERVICE_NAME)
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                yield _parse_span(span, service if isinstance(service, str) else None)
+
+
+def _parse_span(span: dict[str, Any], service: str | None) -> SpanView:
+    status = span.get("status") or {}
+    return SpanView(
+        trace_id=_hex_id(span["traceId"], 16),
+        span_id=_hex_id(span["spanId"], 8),
+        parent_span_id=_hex_id(span["parentSpanId"], 8) if span.get("parentSpanId") else None,
+        name=str(span.get("name", "")),
+        kind=KIND_FROM_OTLP.get(_enum(span.get("kind", 0), _KIND_NAMES), SpanKind.INTERNAL),
+        start_unix_nano=int(span.get("startTimeUnixNano", 0)),
+        end_unix_nano=int(span.get("endTimeUnixNano", 0)),
+        attributes=_attributes(span.get("attributes", ())),
+        events=tuple(
+            SpanEvent(str(event.get("name", "")), _attributes(event.get("attributes", ())))
+            for event in span.get("events", ())
+        ),
+        status_code=StatusCode(_enum(status.get("code", 0), _STATUS_NAMES)),
+        status_message=str(status.get("message", "")),
+        service_name=service,
+    )
+
+
+def _hex_id(value: str, size: int) -> str:
+    if len(value) == size * 2:
+        int(value, 16)  # raises ValueError if it is not hex
+        return value.lower()
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"id {value!r} is neither hex nor base64") from exc
+    if len(raw) != size:
+        raise ValueError(f"id {value!r} is {len(raw)} bytes, expected {size}")
+    return raw.hex()
+
+
+def _enum(value: int | str, names: Mapping[str, int]) -> int:
+    return value if isinstance(value, int) else names[value]
+
+
+def _attributes(items: Any) -> dict[str, AttributeValue]:
+    return {str(item["key"]): _any_value(item.get("value", {})) for item in items}
+
+
+def _any_value(value: Mapping[str, Any]) -> AttributeValue:
+    # OTLP's AnyValue: exactly one field set; int64 arrives as a JSON string per the protobuf mapping.
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "arrayValue" in value:
+        return tuple(_any_value(v) for v in value["arrayValue"].get("values", ()))
+    if "kvlistValue" in value:
+        return _attributes(value["kvlistValue"].get("values", ()))
+    if "bytesValue" in value:
+        return base64.b64decode(value["bytesValue"])
+    return None
