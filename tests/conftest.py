@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from mcpfault.protocol.jsonlines import read_jsonl
+from tests.otlp_support import OtlpReceiver
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
@@ -44,6 +45,16 @@ def clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The developer's or CI's own OTEL_* settings must not steer telemetry tests."""
     for var in OTEL_VARS:
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver accepting every export (see tests/otlp_support.py)."""
+    r = OtlpReceiver()
+    try:
+        yield r
+    finally:
+        r.close()
 
 
 def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> bytes:
@@ -170,5 +181,5 @@ def proxy_factory(tmp_path: Path) -> Iterator[Any]:
 
 def write_profile(tmp_path: Path, text: str, name: str = "profile.toml") -> Path:
     path = tmp_path / name
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     return path

@@ -1,4 +1,5 @@
-"""Real processes for the HTTP transport's tests: an SDK Streamable HTTP server and `mcpfault proxy --listen`."""
+"""Real processes for the HTTP transport's tests: an SDK Streamable HTTP server and `mcpfault proxy --listen`;
+and small stdlib HTTP servers run on a thread of the test process."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,26 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 5.0) -> int:
             proc.kill()
             proc.wait(5)
     return proc.returncode
+
+
+@contextlib.contextmanager
+def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A ``ThreadingHTTPServer`` with ``handler`` on a free loopback port, served by a daemon thread
+    until the block ends (then shut down, closed and its thread joined)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def server_url(server: ThreadingHTTPServer, path: str = "") -> str:
+    """``http://127.0.0.1:PORT`` of a server from ``serve_in_thread``, with ``path`` appended."""
+    return f"http://127.0.0.1:{server.server_address[1]}{path}"
 
 
 class SdkHttpServer:

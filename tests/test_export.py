@@ -5,85 +5,32 @@ from __future__ import annotations
 import base64
 import email.utils
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.trace import Link, SpanKind
 
 from mcpfault.telemetry.export import ExportError, ExportSummary, _retry_after_s, export_run, otlp_json_to_protobuf
 from mcpfault.telemetry.tracing import configure_tracing, read_spans
-from tests.test_telemetry import OtlpReceiver, emit_request_spans, free_port
+from tests.http_support import free_port
+from tests.otlp_support import Answer, OtlpReceiver, accepted
+from tests.test_telemetry import emit_request_spans
 
 SECRET = "s3cr3t-t0ken-do-not-leak"
 pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
 
 @pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    try:
-        yield r
-    finally:
-        r.close()
-
-
-class ScriptedReceiver:
-    """An OTLP/HTTP receiver answering from a script of (status, headers, body); the last one repeats."""
-
-    def __init__(self, script: list[tuple[int, dict[str, str], bytes]]) -> None:
-        self.requests: list[tuple[str, dict[str, str], ExportTraceServiceRequest]] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                message = ExportTraceServiceRequest()
-                message.ParseFromString(body)
-                with receiver._lock:
-                    receiver.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, message))
-                    status, headers, answer = script[min(len(receiver.requests), len(script)) - 1]
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-
-    def spans(self) -> list[Any]:
-        return [
-            s for _, _, req in self.requests for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans
-        ]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
-
-
-@pytest.fixture
 def scripted() -> Iterator[Any]:
-    made: list[ScriptedReceiver] = []
+    """Makes OTLP receivers answering from a script of (status, headers, body); the last one repeats."""
+    made: list[OtlpReceiver] = []
 
-    def make(*script: tuple[int, dict[str, str], bytes]) -> ScriptedReceiver:
-        made.append(ScriptedReceiver(list(script)))
+    def make(*script: Answer) -> OtlpReceiver:
+        made.append(OtlpReceiver(script=script))
         return made[-1]
 
     try:
@@ -93,7 +40,7 @@ def scripted() -> Iterator[Any]:
             r.close()
 
 
-OK = (200, {"Content-Type": "application/x-protobuf"}, b"")
+OK = accepted()
 
 
 def write_run(run_dir: Path, sessions: int = 2, flushes: int = 2) -> None:
@@ -155,14 +102,7 @@ def test_round_trip_ids_names_parents_links(tmp_path: Path, receiver: OtlpReceiv
     assert [(link.trace_id, link.span_id) for link in linked.links] == [
         (first.get_span_context().trace_id.to_bytes(16, "big"), first.get_span_context().span_id.to_bytes(8, "big"))
     ]
-    services = {
-        kv.value.string_value
-        for _, _, req in receiver.requests
-        for rs in req.resource_spans
-        for kv in rs.resource.attributes
-        if kv.key == "service.name"
-    }
-    assert services == {"mcpfault-client", "mcpfault-proxy", "mcpfault-server"}
+    assert receiver.service_names() == {"mcpfault-client", "mcpfault-proxy", "mcpfault-server"}
 
 
 def test_lines_are_batched_within_limits(tmp_path: Path, scripted: Any) -> None:

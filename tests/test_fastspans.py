@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import SpanRecorder, parse_traceparent
 from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
-from tests.test_telemetry import SECRET, OtlpReceiver
+from tests.test_telemetry import SECRET
 
 pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
@@ -175,39 +175,31 @@ def test_one_span_is_the_same_json_as_the_sdk_path(tmp_path: Path):
 # --- OTLP/HTTP ----------------------------------------------------------------------------------
 
 
-def test_spans_go_to_a_real_otlp_receiver_with_the_env_headers(tmp_path: Path, monkeypatch, caplog):
+def test_spans_go_to_a_real_otlp_receiver_with_the_env_headers(tmp_path: Path, monkeypatch, caplog, receiver):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "renamed")
-    receiver = OtlpReceiver()
-    try:
-        caplog.set_level(logging.DEBUG)
-        recorder = SpanRecorder("mcpfault-proxy", spans_file=tmp_path / "s.jsonl", otlp_endpoint=receiver.base_url)
-        span_id = _record(recorder, "1")
-        recorder.shutdown()
-        assert len(receiver.requests) == 1
-        path, headers, message = receiver.requests[0]
-        assert path == "/v1/traces" and headers["authorization"] == f"Bearer {SECRET}"
-        assert headers["content-type"] == "application/x-protobuf"
-        (span,) = receiver.spans()
-        assert (span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()) == (TRACE, span_id, PARENT)
-        assert span.name == "tools/call echo" and span.kind == 2 and span.status.code == 2
-        resource = {kv.key: kv.value.string_value for kv in message.resource_spans[0].resource.attributes}
-        assert resource["service.name"] == "renamed"
-        assert SECRET not in caplog.text
-    finally:
-        receiver.close()
+    caplog.set_level(logging.DEBUG)
+    recorder = SpanRecorder("mcpfault-proxy", spans_file=tmp_path / "s.jsonl", otlp_endpoint=receiver.base_url)
+    span_id = _record(recorder, "1")
+    recorder.shutdown()
+    assert len(receiver.requests) == 1
+    path, headers, message = receiver.requests[0]
+    assert path == "/v1/traces" and headers["authorization"] == f"Bearer {SECRET}"
+    assert headers["content-type"] == "application/x-protobuf"
+    (span,) = receiver.spans()
+    assert (span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()) == (TRACE, span_id, PARENT)
+    assert span.name == "tools/call echo" and span.kind == 2 and span.status.code == 2
+    resource = {kv.key: kv.value.string_value for kv in message.resource_spans[0].resource.attributes}
+    assert resource["service.name"] == "renamed"
+    assert SECRET not in caplog.text
 
 
-def test_the_endpoint_comes_from_the_environment(monkeypatch):
-    receiver = OtlpReceiver()
-    try:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base_url)
-        recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
-        _record(recorder, "1")
-        recorder.shutdown()
-        assert [path for path, _, _ in receiver.requests] == ["/v1/traces"]
-    finally:
-        receiver.close()
+def test_the_endpoint_comes_from_the_environment(monkeypatch, receiver):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base_url)
+    recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
+    _record(recorder, "1")
+    recorder.shutdown()
+    assert [path for path, _, _ in receiver.requests] == ["/v1/traces"]
 
 
 def test_a_bad_endpoint_is_refused():

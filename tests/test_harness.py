@@ -21,6 +21,8 @@ from mcpfault.harness.session import SessionPlan, run_session
 from mcpfault.mock.world import World
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
+from tests.http_support import free_port
+from tests.prometheus_support import PUSHGATEWAY, http_get, pushgateway
 
 pytestmark = pytest.mark.slow
 WORLD = World.generate(0)
@@ -278,25 +280,12 @@ def test_a_traced_client_sends_each_attempts_span_context_in_meta():
     assert list_span.name == "tools/list" and list_span.parent is None  # no task: a trace of its own
 
 
-def test_run_exports_the_spans_of_harness_proxy_and_server_over_otlp(tmp_path):
-    from tests.test_telemetry import OtlpReceiver
-
-    receiver = OtlpReceiver()
-    try:
-        out = tmp_path / "run"
-        done = cli("run", "--profile", "error", "--tasks", "4", "--otlp-endpoint", receiver.base_url, "--out", str(out))
-        assert done.returncode == 0, done.stderr
-        services = {
-            attribute.value.string_value
-            for _, _, request in receiver.requests
-            for resource_spans in request.resource_spans
-            for attribute in resource_spans.resource.attributes
-            if attribute.key == "service.name"
-        }
-        exported = {span.span_id.hex() for span in receiver.spans()}
-    finally:
-        receiver.close()
-    assert services == {"mcpfault-harness", "mcpfault-proxy", "mcpfault-mock"}
+def test_run_exports_the_spans_of_harness_proxy_and_server_over_otlp(tmp_path, receiver):
+    out = tmp_path / "run"
+    done = cli("run", "--profile", "error", "--tasks", "4", "--otlp-endpoint", receiver.base_url, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert receiver.service_names() == {"mcpfault-harness", "mcpfault-proxy", "mcpfault-mock"}
+    exported = {span.span_id.hex() for span in receiver.spans()}
     written = {s.span_id for name in ("client", "proxy", "server") for s in read_spans(out / f"{name}-spans.jsonl")}
     assert exported == written  # the same spans live and in the files
     records = list(read_records(out / "records.jsonl"))
@@ -305,21 +294,11 @@ def test_run_exports_the_spans_of_harness_proxy_and_server_over_otlp(tmp_path):
 
 
 @pytest.mark.skipif(
-    not Path("/usr/bin/prometheus-pushgateway").exists(),
+    not PUSHGATEWAY.exists(),
     reason="needs /usr/bin/prometheus-pushgateway (make test installs Debian's prometheus-pushgateway)",
 )
 def test_bench_pushes_its_metrics_to_a_real_pushgateway(tmp_path):
-    from tests.test_telemetry import free_port, http_get, stop, wait_ready
-
-    port = free_port()
-    gateway = subprocess.Popen(
-        ["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/-/ready", gateway)
+    with pushgateway(free_port()) as gateway:
         out = tmp_path / "pushed"
         done = cli(
             "bench",
@@ -334,10 +313,10 @@ def test_bench_pushes_its_metrics_to_a_real_pushgateway(tmp_path):
             "--out",
             str(out),
             "--pushgateway",
-            f"http://127.0.0.1:{port}",
+            gateway,
         )
         assert done.returncode == 0, done.stderr
-        status, _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+        status, _, body = http_get(f"{gateway}/metrics")
         assert status == 200
         line = next(
             row
@@ -346,13 +325,9 @@ def test_bench_pushes_its_metrics_to_a_real_pushgateway(tmp_path):
         )
         assert 'profile="baseline"' in line and 'agent="naive"' in line and 'run="pushed"' in line
         assert line.endswith(" 4")
-    finally:
-        stop(gateway)
 
 
 def test_bench_serves_task_metrics_while_it_runs(tmp_path):
-    from tests.test_telemetry import free_port
-
     port = free_port()
     bench = subprocess.Popen(
         [

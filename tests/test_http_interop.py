@@ -8,18 +8,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, MCPError, types
-from mcp.client.context import ClientRequestContext
+from mcp import Client, MCPError
 
 from tests.conftest import write_profile
 from tests.http_support import free_port, http_proxy, stop, wait_for_port
+from tests.sdk_support import LogRecorder, Progress, SamplingModel, everything_tour
 
 NPM_DIR = Path(__file__).resolve().parent / "npm"
 EVERYTHING_JS = NPM_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -51,70 +49,29 @@ def everything() -> Iterator[str]:
         stop(proc)
 
 
-class Progress:
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.updates: list[tuple[float, float]] = []
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.updates.append((progress, time.monotonic() - self.started))
-
-
-class SamplingModel:
-    def __init__(self) -> None:
-        self.prompts: list[Any] = []
-
-    async def __call__(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        self.prompts.append(params.messages[0].content)
-        return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(type="text", text="sampled-answer-42"),
-            model="fake-model",
-            stop_reason="endTurn",
-        )
-
-
 async def test_everything_over_http_through_the_proxy(everything: str, tmp_path: Path) -> None:
     model = SamplingModel()
-    logs: list[Any] = []
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        logs.append(params)
-
+    logs = LogRecorder()
     profile = write_profile(tmp_path, 'name = "baseline"\nseed = 1\n')
     with http_proxy(profile, everything, tmp_path) as proxy:
         with anyio.fail_after(40):
             async with Client(
-                proxy.url, mode="legacy", read_timeout_seconds=15, sampling_callback=model, logging_callback=on_log
+                proxy.url, mode="legacy", read_timeout_seconds=15, sampling_callback=model, logging_callback=logs
             ) as client:
-                listing = await client.list_tools()
-                echo = await client.call_tool("echo", {"message": "over http"})
-                progress = Progress()
-                long_op = await client.call_tool(
-                    "trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=progress
-                )
-                answered_after = time.monotonic() - progress.started
-                sampled = await client.call_tool("trigger-sampling-request", {"prompt": "ping", "maxTokens": 16})
                 # Simulated logging: log notifications come on the server's own GET stream, relayed.
-                await client.call_tool("toggle-simulated-logging", {})
-                with anyio.fail_after(10):
-                    while not logs:
-                        await anyio.sleep(0.05)
-                await client.call_tool("toggle-simulated-logging", {})
-                structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
+                tour = await everything_tour(client, "over http", logs, log_timeout=10)
         events = proxy.events()
-    assert {"echo", "trigger-long-running-operation", "trigger-sampling-request"} <= {t.name for t in listing.tools}
-    assert echo.content[0].text == "Echo: over http"  # type: ignore[union-attr]
-    assert long_op.content[0].text.startswith("Long running operation completed")  # type: ignore[union-attr]
-    assert [p for p, _ in progress.updates] == [1.0, 2.0, 3.0, 4.0]
-    assert answered_after - progress.updates[0][1] > 0.4  # streamed while the tool ran, not buffered
+    assert {"echo", "trigger-long-running-operation", "trigger-sampling-request"} <= {t.name for t in tour.tools}
+    assert tour.echo.content[0].text == "Echo: over http"  # type: ignore[union-attr]
+    assert tour.long_op.content[0].text.startswith("Long running operation completed")  # type: ignore[union-attr]
+    progress = tour.progress
+    assert progress.values() == [1.0, 2.0, 3.0, 4.0]
+    assert tour.answered_after - progress.updates[0].elapsed > 0.4  # streamed while the tool ran, not buffered
     assert len(model.prompts) == 1 and "ping" in model.prompts[0].text
-    assert "sampled-answer-42" in sampled.content[0].text  # type: ignore[union-attr]
-    assert structured.structured_content and structured.structured_content["conditions"]
+    assert "sampled-answer-42" in tour.sampled.content[0].text  # type: ignore[union-attr]
+    assert tour.structured.structured_content and tour.structured.structured_content["conditions"]
     tools = [e["tool"] for e in events if e["method"] == "tools/call"]
-    assert logs
+    assert logs.messages
     assert tools == [
         "echo",
         "trigger-long-running-operation",
@@ -149,7 +106,7 @@ async def test_everything_over_http_with_faults(everything: str, tmp_path: Path)
                     await client.call_tool("get-sum", {"a": 1, "b": 2})
         events = proxy.events()
     assert second.content[0].text == "Echo: second"  # type: ignore[union-attr]
-    assert [p for p, _ in progress.updates] == [1.0, 2.0, 3.0, 4.0]
+    assert progress.values() == [1.0, 2.0, 3.0, 4.0]
     assert resumed.content[0].text.startswith("Long running operation completed")  # type: ignore[union-attr]
     faults = [(e["tool"], e["fault_type"], e["client_received"]) for e in events if e["fault_type"]]
     assert faults == [

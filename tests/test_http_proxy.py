@@ -5,7 +5,6 @@ sees it, and the bad input of both peers. Every test is bounded (``anyio.fail_af
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,8 +25,11 @@ from tests.http_support import (
     jsonrpc,
     modern_call,
     sdk_server,
+    serve_in_thread,
+    server_url,
     sse_messages,
 )
+from tests.sdk_support import Progress
 
 pytestmark = [pytest.mark.slow]
 
@@ -45,15 +47,6 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdkHttpServer
 def json_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdkHttpServer]:
     with sdk_server(tmp_path_factory.mktemp("json-upstream"), json_response=True) as server:
         yield server
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.updates: list[tuple[float, float]] = []  # (progress, seconds since start)
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.updates.append((progress, time.monotonic() - self.started))
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
@@ -92,7 +85,7 @@ async def test_sdk_client_and_server_through_the_proxy(
     assert added.structured_content == {"result": 42}
     assert counted.content[0].text == "done after 3 steps"  # type: ignore[union-attr]
     if answers == "sse":
-        assert [p for p, _ in progress.updates] == [1, 2, 3]
+        assert progress.values() == [1, 2, 3]
     era = "legacy" if mode == "legacy" else "modern"
     calls = [e for e in events if e["method"] == "tools/call"]
     assert len(calls) == 3
@@ -110,7 +103,7 @@ async def test_sse_is_relayed_event_by_event(upstream: SdkHttpServer, tmp_path: 
             progress = Progress()
             await client.call_tool("countdown", {"steps": 5}, progress_callback=progress)
             finished = time.monotonic() - progress.started
-    first = progress.updates[0][1]
+    first = progress.updates[0].elapsed
     assert len(progress.updates) == 5
     assert finished - first > 0.6, (first, finished)  # five steps 0.2 s apart: the first came ~0.8 s early
 
@@ -188,7 +181,7 @@ async def test_stream_cut_after_the_first_progress_event(upstream: SdkHttpServer
                     await client.call_tool("countdown", {"steps": 3}, progress_callback=progress)
                 assert (await client.call_tool("echo", {"text": "next"})).content[0].text == "next"  # type: ignore[union-attr]
         events = proxy.events()
-    assert [p for p, _ in progress.updates] == [1]
+    assert progress.values() == [1]
     assert "ended without a response" in str(raised.value)
     cut = [e for e in events if e["fault_type"] == "stream_cut"]
     assert len(cut) == 1 and cut[0]["client_received"] == "stream_cut" and cut[0]["upstream_contacted"] is True
@@ -393,18 +386,12 @@ class _OddUpstream(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def odd_upstream() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OddUpstream)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serve_in_thread(_OddUpstream) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_non_json_upstream_answers(odd_upstream: ThreadingHTTPServer, tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{odd_upstream.server_address[1]}/mcp"
+    url = server_url(odd_upstream, "/mcp")
     body, headers = modern_call(3, "echo", {"text": "x"})
     with http_proxy(profile(tmp_path), url, tmp_path) as proxy, httpx2.Client(timeout=10) as http:
         odd_upstream.answer = ("text/html", b"<html><body>502 Bad Gateway (nginx)</body></html>")  # type: ignore[attr-defined]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from tests.conftest import write_profile
-from tests.http_support import HttpProxyProcess, free_port, http_proxy
+from tests.http_support import HttpProxyProcess, free_port, http_proxy, serve_in_thread, server_url
 
 pytestmark = [pytest.mark.slow]
 
@@ -54,15 +53,9 @@ class _EchoUpstream(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def echo_upstream() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoUpstream)
-    server.bodies = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serve_in_thread(_EchoUpstream) as server:
+        server.bodies = []  # type: ignore[attr-defined]
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +66,7 @@ def fuzz_proxy(
     profile = write_profile(
         tmp, 'name = "fuzz"\nseed = 5\n[[faults]]\ntype = "error"\nprobability = 0.3\ntools = ["e*"]\n'
     )
-    url = f"http://127.0.0.1:{echo_upstream.server_address[1]}/mcp"
+    url = server_url(echo_upstream, "/mcp")
     with http_proxy(profile, url, tmp, "--no-propagate") as proxy:
         yield proxy
 
@@ -137,7 +130,7 @@ def test_trace_context_in_meta_parents_the_proxy_span_and_goes_upstream(
 ) -> None:
     spans_file = tmp_path / "spans.jsonl"
     profile = write_profile(tmp_path, 'name = "b"\nseed = 1\n')
-    url = f"http://127.0.0.1:{echo_upstream.server_address[1]}/mcp"
+    url = server_url(echo_upstream, "/mcp")
     trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     body = {
         "jsonrpc": "2.0",
@@ -159,7 +152,7 @@ def test_trace_context_in_meta_parents_the_proxy_span_and_goes_upstream(
 def test_metrics_are_labelled_http(echo_upstream: ThreadingHTTPServer, tmp_path: Path) -> None:
     port = free_port()
     profile = write_profile(tmp_path, 'name = "b"\nseed = 1\n')
-    url = f"http://127.0.0.1:{echo_upstream.server_address[1]}/mcp"
+    url = server_url(echo_upstream, "/mcp")
     with http_proxy(profile, url, tmp_path, "--metrics-addr", f"127.0.0.1:{port}") as proxy:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": {}}}
         httpx2.post(proxy.url, json=body, headers=HEADERS, timeout=10)
@@ -173,7 +166,7 @@ def test_sigterm_flushes_events_and_spans(
 ) -> None:
     spans_file = tmp_path / "spans.jsonl"
     profile = write_profile(tmp_path, 'name = "b"\nseed = 1\n')
-    url = f"http://127.0.0.1:{echo_upstream.server_address[1]}/mcp"
+    url = server_url(echo_upstream, "/mcp")
     proxy = HttpProxyProcess(profile, url, tmp_path, "--spans", str(spans_file))
     try:
         for i in range(5):

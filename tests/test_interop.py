@@ -29,9 +29,10 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
-from mcp.client.session import ClientRequestContext
 
 from mcpfault.protocol.jsonlines import read_jsonl
+from tests.conftest import write_profile
+from tests.sdk_support import LogRecorder, Progress, SamplingModel, everything_tour
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "profiles" / "baseline.toml"
@@ -59,18 +60,7 @@ needs_npm = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def write_profile(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def proxied(profile: Path, events: Path, server: list[str]) -> StdioServerParameters:
@@ -115,17 +105,6 @@ def assert_clean_session(events: list[dict[str, Any]], mode: str, methods: list[
         assert event["upstream_contacted"] is True
         assert event["upstream_request_modified"] is False
         assert event["rule"] is None and event["fault_type"] is None
-
-
-class Progress:
-    """A progress callback that remembers what arrived and when."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.updates: list[tuple[float, float | None, float]] = []  # (progress, total, seconds since start)
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.updates.append((progress, total, time.monotonic() - self.started))
 
 
 async def side_by_side(
@@ -184,7 +163,7 @@ async def test_sdk_server_baseline_is_transparent(tmp_path: Path, mode: str) -> 
             "results": [r.model_dump() for r in (echo, add, status, countdown)],
             "tickets": tickets,
             "progress": [(p, t) for p, t, _ in progress.updates],
-            "first_progress_s": progress.updates[0][2],
+            "first_progress_s": progress.updates[0].elapsed,
             "answered_after_s": answered_after,
             "sums": sums,
         }
@@ -592,24 +571,6 @@ async def test_time_server_error_fault(tmp_path: Path, mode: str) -> None:
 # -- 4. an npm server: @modelcontextprotocol/server-everything ---------------------------------------
 
 
-class SamplingModel:
-    """The client's side of sampling/createMessage: a fake model that records the requests."""
-
-    def __init__(self) -> None:
-        self.requests: list[types.CreateMessageRequestParams] = []
-
-    async def __call__(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        self.requests.append(params)
-        return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(type="text", text="sampled-answer-42"),
-            model="fake-model",
-            stop_reason="endTurn",
-        )
-
-
 @needs_npm
 # server-everything runs on the TypeScript SDK 1.x, which speaks 2025-11-25 only: in "auto" mode the
 # client's server/discover probe is refused (-32601) and it falls back to initialize, through the proxy.
@@ -619,39 +580,22 @@ async def test_everything_server_baseline(tmp_path: Path, mode: str) -> None:
 
     def setup(state: dict[str, Any]) -> dict[str, Any]:
         state["model"] = model = SamplingModel()
-        state["logs"] = logs = []
-        state["got_log"] = got_log = anyio.Event()
-
-        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-            logs.append(params)
-            got_log.set()
-
-        return {"sampling_callback": model, "logging_callback": on_log}
+        state["logs"] = logs = LogRecorder()
+        return {"sampling_callback": model, "logging_callback": logs}
 
     async def scenario(client: Client, state: dict[str, Any]) -> dict[str, Any]:
         model: SamplingModel = state["model"]
-        listing = await client.list_tools()
-        echo = await client.call_tool("echo", {"message": "hello through the proxy"})
-        progress = Progress()
-        long_op = await client.call_tool(
-            "trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=progress
-        )
-        answered_after = time.monotonic() - progress.started
-        sampled = await client.call_tool("trigger-sampling-request", {"prompt": "ping", "maxTokens": 16})
+        logs: LogRecorder = state["logs"]
         # Simulated logging: one log notification at once, then every 5 s until toggled off again.
-        await client.call_tool("toggle-simulated-logging", {})
-        with anyio.fail_after(5):
-            await state["got_log"].wait()
-        await client.call_tool("toggle-simulated-logging", {})
-        structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
+        tour = await everything_tour(client, "hello through the proxy", logs, log_timeout=5)
         return {
-            "tools": [t.model_dump() for t in listing.tools],
-            "results": [r.model_dump() for r in (echo, long_op, sampled, structured)],
-            "progress": [(p, t) for p, t, _ in progress.updates],
-            "stream_gap_s": answered_after - progress.updates[0][2],
-            "logs": len(state["logs"]),
+            "tools": [t.model_dump() for t in tour.tools],
+            "results": [r.model_dump() for r in (tour.echo, tour.long_op, tour.sampled, tour.structured)],
+            "progress": [(p, t) for p, t, _ in tour.progress.updates],
+            "stream_gap_s": tour.answered_after - tour.progress.updates[0].elapsed,
+            "logs": len(logs.messages),
             "sampling_requests": len(model.requests),
-            "sampling_prompt": model.requests[0].messages[0].content,
+            "sampling_prompt": model.prompts[0],
         }
 
     with anyio.fail_after(30):
@@ -736,7 +680,7 @@ async def test_everything_server_error_faults(tmp_path: Path) -> None:
                 "trigger-long-running-operation", {"duration": 0.2, "steps": 2}, progress_callback=progress
             )
             assert long_op.is_error is False
-            assert [p for p, _, _ in progress.updates] == [1.0, 2.0]
+            assert progress.values() == [1.0, 2.0]
 
     events = read_events(events_path)
     echo, summed_event, long_event = (e for e in events if e["method"] == "tools/call")

@@ -77,6 +77,14 @@ def _assert_resources(container: Doc) -> None:
         assert resources[section].get("memory"), section
 
 
+def _assert_workload_locked_down_and_sized(workload: Doc) -> None:
+    """Every container of ``workload``'s pod (init containers too) is locked down and has resources."""
+    pod = _pod_spec(workload)
+    for container in _containers(pod):
+        _assert_locked_down(pod, container)
+        _assert_resources(container)
+
+
 def test_manifest_files_present() -> None:
     names = {path.name for path in MANIFEST_FILES}
     assert {"proxy-sidecar.yaml", "bench-job.yaml"} <= names
@@ -161,11 +169,7 @@ def test_scrape_annotations_match_the_metrics_port() -> None:
 
 
 def test_deployment_is_locked_down_and_sized() -> None:
-    deployment = _one("Deployment", K8S / "proxy-sidecar.yaml")
-    pod = _pod_spec(deployment)
-    for container in _containers(pod):
-        _assert_locked_down(pod, container)
-        _assert_resources(container)
+    _assert_workload_locked_down_and_sized(_one("Deployment", K8S / "proxy-sidecar.yaml"))
 
 
 def test_bench_job_is_indexed_over_its_shards() -> None:
@@ -212,11 +216,7 @@ def test_bench_job_writes_to_the_claim_in_the_manifests() -> None:
 
 
 def test_bench_job_is_locked_down_and_sized() -> None:
-    job = _one("Job", K8S / "bench-job.yaml")
-    pod = _pod_spec(job)
-    for container in _containers(pod):
-        _assert_locked_down(pod, container)
-        _assert_resources(container)
+    _assert_workload_locked_down_and_sized(_one("Job", K8S / "bench-job.yaml"))
 
 
 def test_merge_is_documented() -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,8 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.harness.metrics_push import check_pushgateway_url, push_bench_metrics, record_bench_metrics, task_key
 from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import HarnessMetrics
-from tests.test_telemetry import PROMETHEUS, PUSHGATEWAY, free_port, http_get, stop, wait_ready
+from tests.http_support import free_port
+from tests.prometheus_support import PROMETHEUS, PUSHGATEWAY, api_get, prometheus, pushgateway
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -126,16 +124,8 @@ def test_check_pushgateway_url() -> None:
     assert "hunter2" not in str(info.value)
 
 
-def start(args: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], Any]:
-    log = log_path.open("wb")
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    return proc, log
-
-
 def query(api: str, promql: str) -> list[Any]:
-    status, _, body = http_get(f"{api}/query?{urllib.parse.urlencode({'query': promql})}")
-    assert status == 200, body
-    result: list[Any] = json.loads(body)["data"]["result"]
+    result: list[Any] = api_get(api, "query", query=promql)["data"]["result"]
     return result
 
 
@@ -149,39 +139,20 @@ def by_label(result: list[Any], label: str) -> dict[str, float]:
     reason="needs /usr/bin/prometheus and /usr/bin/prometheus-pushgateway (apt-get install prometheus prometheus-pushgateway)",
 )
 def test_pushgateway_scraped_by_prometheus(tmp_path: Path) -> None:
-    gateway_port, prometheus_port = free_port(), free_port()
-    gateway = f"http://127.0.0.1:{gateway_port}"
+    gateway_port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         "scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{gateway_port}']\n"
     )
-    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
-    try:
-        procs.append(
-            start(
-                [str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{gateway_port}", "--persistence.file="],
-                tmp_path / "pushgateway.log",
-            )
-        )
-        procs.append(
-            start(
-                [
-                    str(PROMETHEUS),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                ],
-                tmp_path / "prometheus.log",
-            )
-        )
-        wait_ready(gateway + "/-/ready", procs[0][0])
-        wait_ready(f"http://127.0.0.1:{prometheus_port}/-/ready", procs[1][0])
-
+    with (
+        pushgateway(gateway_port, tmp_path / "pushgateway.log") as gateway,
+        prometheus(free_port(), config, tmp_path / "tsdb", tmp_path / "prometheus.log") as prometheus_url,
+    ):
         push_bench_metrics(RECORDS, gateway, grouping={"run": "r1"})
 
-        api = f"http://127.0.0.1:{prometheus_port}/api/v1"
+        api = prometheus_url + "/api/v1"
         outcomes: dict[str, float] = {}
         recovery: dict[str, float] = {}
         deadline = time.monotonic() + 30
@@ -206,7 +177,3 @@ def test_pushgateway_scraped_by_prometheus(tmp_path: Path) -> None:
         assert silent == {"baseline": 0, "timeout": 1, "error": 0, "stale": 1}
         assert by_label(query(api, "sum(mcpfault_task_retries_total)"), "") == {"": 7}
         assert by_label(query(api, "sum(mcpfault_duplicates_total)"), "") == {"": 1}
-    finally:
-        for proc, log_file in reversed(procs):
-            stop(proc)
-            log_file.close()

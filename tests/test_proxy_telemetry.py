@@ -13,7 +13,8 @@ import pytest
 
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import PROFILES, call, request, write_profile
-from tests.test_telemetry import OtlpReceiver, free_port
+from tests.http_support import free_port
+from tests.prometheus_support import PROMETHEUS, api_get, prometheus
 
 pytestmark = pytest.mark.slow
 INIT = request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}})
@@ -68,22 +69,18 @@ def test_no_propagate_keeps_requests_byte_for_byte(proxy_factory, tmp_path):
     assert len(read_spans(spans_file)) == 3
 
 
-def test_spans_over_otlp_http_protobuf(proxy_factory, tmp_path):
-    receiver = OtlpReceiver()
-    try:
-        proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--otlp-endpoint", receiver.base_url))
-        proxy.send(INIT + traced_call(1, "echo", text="hi"))
-        proxy.read_json()
-        proxy.read_json()
-        proxy.close_stdin()
-        assert proxy.wait() == 0
-        deadline = time.monotonic() + 10
-        while len(receiver.spans()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        names = sorted(span.name for span in receiver.spans())
-        assert names == ["initialize", "tools/call echo"]
-    finally:
-        receiver.close()
+def test_spans_over_otlp_http_protobuf(proxy_factory, tmp_path, receiver):
+    proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--otlp-endpoint", receiver.base_url))
+    proxy.send(INIT + traced_call(1, "echo", text="hi"))
+    proxy.read_json()
+    proxy.read_json()
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    deadline = time.monotonic() + 10
+    while len(receiver.spans()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = sorted(span.name for span in receiver.spans())
+    assert names == ["initialize", "tools/call echo"]
 
 
 def test_server_spans_nest_under_the_proxy_span(tmp_path):
@@ -173,7 +170,7 @@ def test_metrics_on_a_wide_address_need_a_token(tmp_path):
     assert "--metrics-addr 0.0.0.0:9" in done.stderr and "token" in done.stderr
 
 
-def test_traces_export_sends_a_past_runs_spans_to_a_collector(proxy_factory, tmp_path):
+def test_traces_export_sends_a_past_runs_spans_to_a_collector(proxy_factory, tmp_path, receiver):
     import subprocess
 
     run_dir = tmp_path / "run"
@@ -184,31 +181,22 @@ def test_traces_export_sends_a_past_runs_spans_to_a_collector(proxy_factory, tmp
     proxy.read_json()
     proxy.close_stdin()
     assert proxy.wait() == 0
-    receiver = OtlpReceiver()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mcpfault", "traces", "export", str(run_dir), "--otlp-endpoint", receiver.base_url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "exported 2 spans" in done.stderr
-        exported = {span.name: span for span in receiver.spans()}
-        assert set(exported) == {"initialize", "tools/call echo"}
-        assert exported["tools/call echo"].trace_id.hex() == CLIENT_TRACE
-    finally:
-        receiver.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "traces", "export", str(run_dir), "--otlp-endpoint", receiver.base_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "exported 2 spans" in done.stderr
+    exported = {span.name: span for span in receiver.spans()}
+    assert set(exported) == {"initialize", "tools/call echo"}
+    assert exported["tools/call echo"].trace_id.hex() == CLIENT_TRACE
 
 
-@pytest.mark.skipif(not Path("/usr/bin/prometheus").exists(), reason="make test installs Debian's prometheus")
+@pytest.mark.skipif(not PROMETHEUS.exists(), reason="make test installs Debian's prometheus")
 def test_a_real_prometheus_scrapes_the_proxy(proxy_factory, tmp_path):
-    import subprocess
-    import urllib.parse
-
-    from tests.test_telemetry import stop, wait_ready
-
-    metrics_port, prometheus_port = free_port(), free_port()
+    metrics_port = free_port()
     profile = write_profile(tmp_path, '[[faults]]\ntype = "error"\ntools = ["counter"]\n')
     proxy = proxy_factory(profile, extra=("--metrics-addr", f"127.0.0.1:{metrics_port}"))
     proxy.send(INIT + traced_call(1, "echo", text="hi") + traced_call(2, "counter"))
@@ -219,44 +207,28 @@ def test_a_real_prometheus_scrapes_the_proxy(proxy_factory, tmp_path):
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         f"scrape_configs:\n  - job_name: proxy\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
     )
-    prometheus = subprocess.Popen(
-        [
-            "/usr/bin/prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{prometheus_port}/api/v1"
-
-    def get(path: str, **query: str) -> dict:
-        with urllib.request.urlopen(f"{api}/{path}?{urllib.parse.urlencode(query)}", timeout=5) as response:
-            return json.loads(response.read())
-
     try:
-        wait_ready(f"http://127.0.0.1:{prometheus_port}/-/ready", prometheus)
-        series: dict[str, float] = {}
-        exemplars: list = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            result = get("query", query="sum by (fault_type) (mcpfault_requests_total{method='tools/call'})")
-            series = {r["metric"]["fault_type"]: float(r["value"][1]) for r in result["data"]["result"]}
-            now = time.time()
-            exemplars = get(
-                "query_exemplars", query="mcpfault_requests_total", start=str(now - 300), end=str(now + 60)
-            )["data"]
-            if series == {"none": 1.0, "error": 1.0} and exemplars:
-                break
-            time.sleep(0.25)
-        assert series == {"none": 1.0, "error": 1.0}
-        trace_ids = {e["labels"]["trace_id"] for group in exemplars for e in group["exemplars"]}
-        assert trace_ids == {CLIENT_TRACE}  # untraced proxy: exemplars point at the client's trace
+        with prometheus(free_port(), config, tmp_path / "tsdb", exemplars=True) as base:
+            api = base + "/api/v1"
+            series: dict[str, float] = {}
+            exemplars: list = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                result = api_get(
+                    api, "query", query="sum by (fault_type) (mcpfault_requests_total{method='tools/call'})"
+                )
+                series = {r["metric"]["fault_type"]: float(r["value"][1]) for r in result["data"]["result"]}
+                now = time.time()
+                exemplars = api_get(
+                    api, "query_exemplars", query="mcpfault_requests_total", start=str(now - 300), end=str(now + 60)
+                )["data"]
+                if series == {"none": 1.0, "error": 1.0} and exemplars:
+                    break
+                time.sleep(0.25)
+            assert series == {"none": 1.0, "error": 1.0}
+            trace_ids = {e["labels"]["trace_id"] for group in exemplars for e in group["exemplars"]}
+            assert trace_ids == {CLIENT_TRACE}  # untraced proxy: exemplars point at the client's trace
     finally:
-        stop(prometheus)
         proxy.close_stdin()
         proxy.wait()
 

@@ -16,14 +16,14 @@ import re
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import PROFILES, ROOT, ProxyProcess, call, request
-from tests.test_telemetry import PROMETHEUS, PUSHGATEWAY, free_port, http_get, stop, wait_ready
+from tests.http_support import free_port
+from tests.prometheus_support import PROMETHEUS, PUSHGATEWAY, api_get, prometheus, pushgateway
 
 COMPOSE = ROOT / "compose.yaml"
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus.yml"
@@ -274,25 +274,13 @@ def prometheus_config(metrics_port: int, gateway_port: int) -> dict[str, Any]:
     return config
 
 
-def start(args: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], Any]:
-    log = log_path.open("wb")
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT), log
-
-
-def api_get(api: str, path: str, **params: str) -> dict[str, Any]:
-    status, _, body = http_get(f"{api}/{path}?{urllib.parse.urlencode(params, doseq=True)}")
-    answer: dict[str, Any] = json.loads(body)
-    assert status == 200 and answer["status"] == "success", f"{path} {params}: {status} {body[:500]}"
-    return answer
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
     not (PROMETHEUS.exists() and PUSHGATEWAY.exists()),
     reason="needs /usr/bin/prometheus and /usr/bin/prometheus-pushgateway (apt-get install prometheus prometheus-pushgateway)",
 )
 def test_every_panel_query_runs_on_a_real_prometheus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    metrics_port, gateway_port, prometheus_port = free_port(), free_port(), free_port()
+    metrics_port, gateway_port = free_port(), free_port()
     # The demo's token, as in the stack: the proxy demands it and Prometheus sends it from the config.
     monkeypatch.setenv("MCPFAULT_METRICS_TOKEN", METRICS_TOKEN.read_text().strip())
     config = tmp_path / "prometheus.yml"
@@ -306,7 +294,6 @@ def test_every_panel_query_runs_on_a_real_prometheus(tmp_path: Path, monkeypatch
         extra=("--metrics-addr", f"127.0.0.1:{metrics_port}", "--no-summary"),
         server=[sys.executable, "-m", "mcpfault", "mock-server"],
     )
-    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
     try:
         init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
         proxy.send(request(0, "initialize", init))
@@ -317,98 +304,81 @@ def test_every_panel_query_runs_on_a_real_prometheus(tmp_path: Path, monkeypatch
             body["params"]["_meta"] = traceparent
             proxy.send(json.dumps(body).encode() + b"\n")
 
-        procs.append(
-            start(
-                [str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{gateway_port}", "--persistence.file="],
-                tmp_path / "pushgateway.log",
-            )
-        )
-        procs.append(
-            start(
+        with (
+            pushgateway(gateway_port, tmp_path / "pushgateway.log") as gateway,
+            prometheus(
+                free_port(), config, tmp_path / "tsdb", tmp_path / "prometheus.log", exemplars=True
+            ) as prometheus_url,
+        ):
+            # A real bench run pushes its metrics, as the demo does.
+            bench = subprocess.run(
                 [
-                    str(PROMETHEUS),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                    "--enable-feature=exemplar-storage",
+                    sys.executable,
+                    "-m",
+                    "mcpfault",
+                    "bench",
+                    "--profiles",
+                    "mixed,timeout",
+                    "--agents",
+                    "naive,retry-only",
+                    "--tasks",
+                    "8",
+                    "--session-tasks",
+                    "4",
+                    "--out",
+                    str(tmp_path / "bench"),
+                    "--pushgateway",
+                    gateway,
                 ],
-                tmp_path / "prometheus.log",
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
-        )
-        wait_ready(f"http://127.0.0.1:{gateway_port}/-/ready", procs[0][0])
-        wait_ready(f"http://127.0.0.1:{prometheus_port}/-/ready", procs[1][0])
-        # A real bench run pushes its metrics, as the demo does.
-        bench = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mcpfault",
-                "bench",
-                "--profiles",
-                "mixed,timeout",
-                "--agents",
-                "naive,retry-only",
-                "--tasks",
-                "8",
-                "--session-tasks",
-                "4",
-                "--out",
-                str(tmp_path / "bench"),
-                "--pushgateway",
-                f"http://127.0.0.1:{gateway_port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert bench.returncode == 0, bench.stderr
+            assert bench.returncode == 0, bench.stderr
 
-        api = f"http://127.0.0.1:{prometheus_port}/api/v1"
-        queries = []
-        for path in DASHBOARDS:
-            for panel in json.loads(path.read_text())["panels"]:
-                for target in panel["targets"]:
-                    queries.append(((path.stem, panel["id"], target["refId"]), substitute(target["expr"])))
-        assert {key for key, _ in queries} >= KEY_PANELS
+            api = prometheus_url + "/api/v1"
+            queries = []
+            for path in DASHBOARDS:
+                for panel in json.loads(path.read_text())["panels"]:
+                    for target in panel["targets"]:
+                        queries.append(((path.stem, panel["id"], target["refId"]), substitute(target["expr"])))
+            assert {key for key, _ in queries} >= KEY_PANELS
 
-        empty: set[tuple[str, int, str]] = set()
-        deadline = time.monotonic() + 30
-        while True:
-            empty = set()
-            for key, expr in queries:
-                result = api_get(api, "query", query=expr)["data"]["result"]  # asserts status success
-                if not result:
-                    empty.add(key)
-            if not empty or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        log = (tmp_path / "prometheus.log").read_text(errors="replace")[-2000:]
-        # A panel that can never show data is a failure, not a warning.
-        assert not empty, f"panels without data: {sorted(empty)}; log:\n{log}"
+            empty: set[tuple[str, int, str]] = set()
+            deadline = time.monotonic() + 30
+            while True:
+                empty = set()
+                for key, expr in queries:
+                    result = api_get(api, "query", query=expr)["data"]["result"]  # asserts status success
+                    if not result:
+                        empty.add(key)
+                if not empty or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            log = (tmp_path / "prometheus.log").read_text(errors="replace")[-2000:]
+            # A panel that can never show data is a failure, not a warning.
+            assert not empty, f"panels without data: {sorted(empty)}; log:\n{log}"
 
-        # Both jobs of deploy/prometheus.yml are up (the proxy's with its bearer token).
-        up = {r["metric"]["job"]: r["value"][1] for r in api_get(api, "query", query="up")["data"]["result"]}
-        assert up == {"mcpfault-proxy": "1", "pushgateway": "1"}, up
+            # Both jobs of deploy/prometheus.yml are up (the proxy's with its bearer token).
+            up = {r["metric"]["job"]: r["value"][1] for r in api_get(api, "query", query="up")["data"]["result"]}
+            assert up == {"mcpfault-proxy": "1", "pushgateway": "1"}, up
 
-        # Every template variable has values to offer.
-        for path in DASHBOARDS:
-            for variable in json.loads(path.read_text())["templating"]["list"]:
-                metric, label = re.findall(r"\w+", variable["query"]["query"])[1:3]
-                values = api_get(api, f"label/{label}/values", **{"match[]": metric})["data"]
-                assert values, f"{path.stem}: variable {variable['name']} has no values"
+            # Every template variable has values to offer.
+            for path in DASHBOARDS:
+                for variable in json.loads(path.read_text())["templating"]["list"]:
+                    metric, label = re.findall(r"\w+", variable["query"]["query"])[1:3]
+                    values = api_get(api, f"label/{label}/values", **{"match[]": metric})["data"]
+                    assert values, f"{path.stem}: variable {variable['name']} has no values"
 
-        # Exemplars of the latency panels link to the client's trace.
-        now = time.time()
-        exemplars = api_get(
-            api,
-            "query_exemplars",
-            query="mcpfault_request_duration_seconds_bucket",
-            start=str(now - 300),
-            end=str(now + 60),
-        )["data"]
-        assert CLIENT_TRACE in {e["labels"].get("trace_id") for group in exemplars for e in group["exemplars"]}
+            # Exemplars of the latency panels link to the client's trace.
+            now = time.time()
+            exemplars = api_get(
+                api,
+                "query_exemplars",
+                query="mcpfault_request_duration_seconds_bucket",
+                start=str(now - 300),
+                end=str(now + 60),
+            )["data"]
+            assert CLIENT_TRACE in {e["labels"].get("trace_id") for group in exemplars for e in group["exemplars"]}
     finally:
-        for proc, log_file in reversed(procs):
-            stop(proc)
-            log_file.close()
         proxy.close()

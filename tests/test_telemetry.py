@@ -8,19 +8,15 @@ Pushgateway and a real Prometheus scraping our endpoint and storing its exemplar
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import math
 import socket
-import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +25,6 @@ from google.protobuf.json_format import MessageToDict, MessageToJson
 from opentelemetry import baggage, trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -55,76 +50,18 @@ from mcpfault.telemetry.tracing import (
     read_spans,
     span_name,
 )
+from tests.http_support import free_port
+from tests.otlp_support import OtlpReceiver
+from tests.prometheus_support import PROMETHEUS, PUSHGATEWAY, http_get, prometheus, pushgateway
 
 FAULT_TYPES = ("timeout", "latency", "error", "malformed", "schema_drift", "stale")
 FAULT_MODES = ("drop", "late", "delay", "protocol", "tool", "truncate", "previous")
 SECRET = "s3cr3t-t0ken-do-not-leak"
-PROMETHEUS = Path("/usr/bin/prometheus")
-PUSHGATEWAY = Path("/usr/bin/prometheus-pushgateway")
 
 pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class OtlpReceiver:
-    """A minimal OTLP/HTTP traces receiver: decodes each POST as ExportTraceServiceRequest."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.requests: list[tuple[str, dict[str, str], ExportTraceServiceRequest]] = []
-        self.got_one = threading.Event()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                message = ExportTraceServiceRequest()
-                message.ParseFromString(body)
-                receiver.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, message))
-                receiver.got_one.set()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-
-    def spans(self) -> list[Any]:
-        return [
-            span
-            for _, _, req in self.requests
-            for rs in req.resource_spans
-            for ss in rs.scope_spans
-            for span in ss.spans
-        ]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def emit_request_spans(provider: TracerProvider) -> tuple[str, str, str]:
@@ -165,39 +102,6 @@ def finished_spans() -> tuple[ReadableSpan, ...]:
     emit_request_spans(provider)
     provider.shutdown()
     return memory.get_finished_spans()
-
-
-def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, dict[str, str], str]:
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers.items()), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers.items()), exc.read().decode()
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    for _ in range(int(timeout_s / 0.1) + 1):
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args!r} exited with {proc.returncode} before becoming ready")
-        with contextlib.suppress(OSError):
-            if http_get(url, timeout=1.0)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"{url} not ready within {timeout_s}s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 # --- span names --------------------------------------------------------------------------------
@@ -797,17 +701,7 @@ def test_push_to_a_real_pushgateway(tmp_path: Path) -> None:
     metrics.add_duplicates("latency-heavy", "scripted")
     metrics.add_silent_failures("latency-heavy", "scripted")
 
-    port = free_port()
-    log = (tmp_path / "pushgateway.log").open("wb")
-    proc = subprocess.Popen(
-        [str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(base + "/-/ready", proc)
+    with pushgateway(free_port(), tmp_path / "pushgateway.log") as base:
         metrics.push(base, "mcpfault-bench", {"run": "r1"})
         status, _, body = http_get(base + "/metrics")
         assert status == 200
@@ -819,9 +713,6 @@ def test_push_to_a_real_pushgateway(tmp_path: Path) -> None:
             in body
         )
         assert f'mcpfault_silent_failures_total{{{common},profile="latency-heavy",run="r1"}} 1' in body
-    finally:
-        stop(proc)
-        log.close()
 
 
 @pytest.mark.slow
@@ -830,58 +721,42 @@ def test_real_prometheus_scrapes_series_and_exemplars(tmp_path: Path) -> None:
     metrics = make_proxy_metrics()
     metrics.observe_request("tools/call", "timeout", 2.5, 0.000_05, TRACE_ID)
     server, _ = start_metrics_server("127.0.0.1:0", metrics.registry)
-    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         "scrape_configs:\n  - job_name: mcpfault\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{server.port}']\n"
     )
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            str(PROMETHEUS),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    api = f"http://127.0.0.1:{port}/api/v1"
     try:
-        wait_ready(f"http://127.0.0.1:{port}/-/ready", proc)
-        series: list[Any] = []
-        exemplars: list[Any] = []
-        deadline = time.monotonic() + 20
-        for _ in range(200):
-            if time.monotonic() > deadline:
-                break
-            if not series:
-                _, _, body = http_get(f"{api}/query?query=mcpfault_requests_total")
-                series = json.loads(body)["data"]["result"]
-            if series:
-                now = time.time()
-                query = urllib.parse.urlencode(
-                    {"query": "mcpfault_requests_total", "start": now - 600, "end": now + 60}
-                )
-                _, _, body = http_get(f"{api}/query_exemplars?{query}")
-                exemplars = json.loads(body)["data"] or []
-                if exemplars:
+        with prometheus(free_port(), config, tmp_path / "tsdb", tmp_path / "prometheus.log", exemplars=True) as base:
+            api = base + "/api/v1"
+            series: list[Any] = []
+            exemplars: list[Any] = []
+            deadline = time.monotonic() + 20
+            for _ in range(200):
+                if time.monotonic() > deadline:
                     break
-            time.sleep(0.2)
-        assert series, (
-            f"Prometheus never stored mcpfault_requests_total; log:\n{(tmp_path / 'prometheus.log').read_text()[-3000:]}"
-        )
-        assert series[0]["metric"]["method"] == "tools/call"
-        assert series[0]["metric"]["fault_type"] == "timeout"
-        assert series[0]["value"][1] == "1"
-        assert exemplars, "Prometheus stored no exemplar for mcpfault_requests_total"
-        stored = [e["labels"]["trace_id"] for group in exemplars for e in group["exemplars"]]
-        assert TRACE_ID in stored
+                if not series:
+                    _, _, body = http_get(f"{api}/query?query=mcpfault_requests_total")
+                    series = json.loads(body)["data"]["result"]
+                if series:
+                    now = time.time()
+                    query = urllib.parse.urlencode(
+                        {"query": "mcpfault_requests_total", "start": now - 600, "end": now + 60}
+                    )
+                    _, _, body = http_get(f"{api}/query_exemplars?{query}")
+                    exemplars = json.loads(body)["data"] or []
+                    if exemplars:
+                        break
+                time.sleep(0.2)
+            assert series, (
+                f"Prometheus never stored mcpfault_requests_total; log:\n{(tmp_path / 'prometheus.log').read_text()[-3000:]}"
+            )
+            assert series[0]["metric"]["method"] == "tools/call"
+            assert series[0]["metric"]["fault_type"] == "timeout"
+            assert series[0]["value"][1] == "1"
+            assert exemplars, "Prometheus stored no exemplar for mcpfault_requests_total"
+            stored = [e["labels"]["trace_id"] for group in exemplars for e in group["exemplars"]]
+            assert TRACE_ID in stored
     finally:
-        stop(proc)
-        log.close()
         server.shutdown()
