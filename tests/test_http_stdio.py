@@ -22,6 +22,7 @@ from tests.http_support import SDK_SERVER, HttpProxyProcess, modern_call, sse_me
 pytestmark = [pytest.mark.slow]
 
 BASELINE = 'name = "baseline"\nseed = 1\n'
+PROXY = [sys.executable, "-m", "mcpfault", "proxy"]
 
 
 class BridgeProcess(HttpProxyProcess):
@@ -129,3 +130,34 @@ def test_sigterm_stops_the_server_and_flushes_events(tmp_path: Path) -> None:
     assert code in (0, 143, -15 + 256), stderr
     assert [e["method"] for e in proxy.events()] == ["tools/call"]
     assert "requests 1" in stderr  # the summary was printed
+
+
+def test_a_server_command_that_cannot_start_is_exit_127(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, BASELINE)
+    result = subprocess.run(
+        [*PROXY, "--config", str(profile), "--listen", "127.0.0.1:0", "--", str(tmp_path / "no-such-server")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 127
+    assert "cannot start the server command" in result.stderr and "No such file" in result.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    profile = write_profile(tmp_path, BASELINE)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*PROXY, "--config", str(profile), "--listen", f"127.0.0.1:{port}", "--", sys.executable, str(SDK_SERVER)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 2, result.stderr
+    assert f"--listen 127.0.0.1:{port}: cannot listen" in result.stderr
+    assert "Traceback" not in result.stderr
