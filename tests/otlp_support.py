@@ -10,7 +10,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from mcpfault.telemetry import names
+from mcpfault.telemetry.tracing import span_name
 from tests.http_support import serve_in_thread, server_url
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -81,3 +85,37 @@ class OtlpReceiver:
 
     def close(self) -> None:
         self._stack.close()
+
+
+SECRET = "s3cr3t-t0ken-do-not-leak"  # a credential no log, span or file may ever contain
+
+
+def emit_request_spans(provider: TracerProvider) -> tuple[str, str, str]:
+    """A CLIENT attempt with a SERVER child, the way the agent and the proxy nest. Returns hex ids."""
+    tracer = provider.get_tracer("mcpfault.test")
+    name = span_name("tools/call", "get_device_status")
+    attributes: dict[str, Any] = {
+        names.MCP_METHOD_NAME: "tools/call",
+        names.GEN_AI_TOOL_NAME: "get_device_status",
+        names.GEN_AI_OPERATION_NAME: names.GEN_AI_OPERATION_EXECUTE_TOOL,
+        names.JSONRPC_REQUEST_ID: "7",
+        names.NETWORK_TRANSPORT: names.NETWORK_TRANSPORT_PIPE,
+        names.SERVER_PORT: 8080,
+        names.UPSTREAM_CONTACTED: True,
+        names.FAULT_RULE: 2,
+        "mcpfault.test.ratio": 0.25,
+        "mcpfault.test.list": ["a", "b"],
+    }
+    with (
+        tracer.start_as_current_span(name, kind=SpanKind.CLIENT) as parent,
+        tracer.start_as_current_span(name, kind=SpanKind.SERVER, attributes=attributes) as child,
+    ):
+        child.add_event(names.EVENT_UPSTREAM_SENT, {"bytes": 120})
+        child.add_event(names.EVENT_DELAY, {"delay_s": 0.5})
+        child.set_attribute(names.ERROR_TYPE, "-32603")
+        child.set_status(Status(StatusCode.ERROR, "internal error"))
+    return (
+        format(parent.get_span_context().trace_id, "032x"),
+        format(parent.get_span_context().span_id, "016x"),
+        format(child.get_span_context().span_id, "016x"),
+    )

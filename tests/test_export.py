@@ -17,8 +17,7 @@ from opentelemetry.trace import Link, SpanKind
 from mcpfault.telemetry.export import ExportError, ExportSummary, _retry_after_s, export_run, otlp_json_to_protobuf
 from mcpfault.telemetry.tracing import configure_tracing, read_spans
 from tests.http_support import free_port
-from tests.otlp_support import Answer, OtlpReceiver, accepted
-from tests.test_telemetry import emit_request_spans
+from tests.otlp_support import Answer, OtlpReceiver, accepted, emit_request_spans
 
 SECRET = "s3cr3t-t0ken-do-not-leak"
 pytestmark = pytest.mark.usefixtures("clean_otel_env")

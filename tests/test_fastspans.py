@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import SpanRecorder, parse_traceparent
 from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
-from tests.test_telemetry import SECRET
+from tests.otlp_support import SECRET
 
 pytestmark = pytest.mark.usefixtures("clean_otel_env")
 

@@ -51,48 +51,16 @@ from mcpfault.telemetry.tracing import (
     span_name,
 )
 from tests.http_support import free_port
-from tests.otlp_support import OtlpReceiver
+from tests.otlp_support import SECRET, OtlpReceiver, emit_request_spans
 from tests.prometheus_support import PROMETHEUS, PUSHGATEWAY, http_get, prometheus, pushgateway
 
 FAULT_TYPES = ("timeout", "latency", "error", "malformed", "schema_drift", "stale")
 FAULT_MODES = ("drop", "late", "delay", "protocol", "tool", "truncate", "previous")
-SECRET = "s3cr3t-t0ken-do-not-leak"
 
 pytestmark = pytest.mark.usefixtures("clean_otel_env")
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def emit_request_spans(provider: TracerProvider) -> tuple[str, str, str]:
-    """A CLIENT attempt with a SERVER child, the way the agent and the proxy nest. Returns hex ids."""
-    tracer = provider.get_tracer("mcpfault.test")
-    name = span_name("tools/call", "get_device_status")
-    attributes: dict[str, Any] = {
-        names.MCP_METHOD_NAME: "tools/call",
-        names.GEN_AI_TOOL_NAME: "get_device_status",
-        names.GEN_AI_OPERATION_NAME: names.GEN_AI_OPERATION_EXECUTE_TOOL,
-        names.JSONRPC_REQUEST_ID: "7",
-        names.NETWORK_TRANSPORT: names.NETWORK_TRANSPORT_PIPE,
-        names.SERVER_PORT: 8080,
-        names.UPSTREAM_CONTACTED: True,
-        names.FAULT_RULE: 2,
-        "mcpfault.test.ratio": 0.25,
-        "mcpfault.test.list": ["a", "b"],
-    }
-    with (
-        tracer.start_as_current_span(name, kind=SpanKind.CLIENT) as parent,
-        tracer.start_as_current_span(name, kind=SpanKind.SERVER, attributes=attributes) as child,
-    ):
-        child.add_event(names.EVENT_UPSTREAM_SENT, {"bytes": 120})
-        child.add_event(names.EVENT_DELAY, {"delay_s": 0.5})
-        child.set_attribute(names.ERROR_TYPE, "-32603")
-        child.set_status(Status(StatusCode.ERROR, "internal error"))
-    return (
-        format(parent.get_span_context().trace_id, "032x"),
-        format(parent.get_span_context().span_id, "016x"),
-        format(child.get_span_context().span_id, "016x"),
-    )
 
 
 def finished_spans() -> tuple[ReadableSpan, ...]:
