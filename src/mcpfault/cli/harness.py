@@ -1,139 +1,20 @@
-"""The one entry point: ``mcpfault COMMAND``. Parses, wires, prints; the work happens elsewhere.
-
-Exit codes: 0 success; 1 a check failed (``validate`` found problems); 2 bad command-line input or an
-invalid profile; 127 the MCP server command could not be started; otherwise ``proxy`` exits with
-the server's own status (128+N when a signal N ended it).
-"""
+"""``mcpfault run``, ``bench`` and ``report``: agents through the proxy against the mock server, judged."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpfault import __version__
-from mcpfault.errors import ProfileError, UpstreamError, UsageError
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NOT_STARTED = 127
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK
+from mcpfault.errors import UsageError
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        code: int = args.handler(args)
-    except UsageError as exc:
-        print(f"mcpfault {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ProfileError as exc:
-        print(f"mcpfault {args.command}: refusing an invalid profile.\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except UpstreamError as exc:
-        print(f"mcpfault {args.command}: {exc}", file=sys.stderr)
-        return EXIT_NOT_STARTED
-    except KeyboardInterrupt:
-        return 130
-    return code
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mcpfault",
-        description="Chaos engineering for AI agents that use the Model Context Protocol.",
-        epilog="Run 'mcpfault COMMAND --help' for the options of each command.",
-    )
-    parser.add_argument("--version", action="version", version=f"mcpfault {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    proxy = commands.add_parser(
-        "proxy",
-        help="relay an MCP server (stdio or Streamable HTTP), injecting faults",
-        description="Start SERVER_COMMAND and relay newline-delimited JSON-RPC between it and this process's\n"
-        "stdin/stdout, or with --listen serve Streamable HTTP in front of --upstream URL (or of\n"
-        "SERVER_COMMAND), injecting the faults of the profile. Everything the profile leaves alone\n"
-        "crosses byte for byte. Exits with the server's exit status (0 after SIGINT/SIGTERM in front\n"
-        "of --upstream).",
-        epilog="examples:\n"
-        "  mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
-    proxy.add_argument("--events", type=Path, metavar="FILE.jsonl", help="write one JSON line per request")
-    proxy.add_argument("--seed", type=int, help="use this seed instead of the profile's")
-    proxy.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="after the client leaves or a signal arrives, how long the server gets to exit (default 5)",
-    )
-    proxy.add_argument("--no-summary", action="store_true", help="do not print the fault summary at exit")
-    proxy.add_argument("--spans", type=Path, metavar="FILE.jsonl", help="write one OTLP JSON line per span batch")
-    proxy.add_argument(
-        "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
-    )
-    proxy.add_argument(
-        "--no-propagate",
-        action="store_true",
-        help="do not put the proxy's trace context into requests (they cross byte for byte)",
-    )
-    proxy.add_argument(
-        "--metrics-addr",
-        metavar="HOST:PORT",
-        help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
-    )
-    http = proxy.add_argument_group(
-        "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
-    )
-    http.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        help="serve the MCP endpoint here (beyond loopback only with MCPFAULT_PROXY_TOKEN set)",
-    )
-    http.add_argument("--upstream", metavar="URL", help="the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp")
-    http.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=16 * 1024 * 1024,
-        metavar="N",
-        help="largest request body accepted; more is answered 413 (default 16 MiB)",
-    )
-    http.add_argument(
-        "--hold",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="how long a request whose answer a fault lost stays open before the proxy closes it (default 300)",
-    )
-    _logging_options(proxy)
-    proxy.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_COMMAND [ARGS...]")
-    proxy.set_defaults(handler=_proxy)
-
-    validate = commands.add_parser(
-        "validate",
-        help="check fault profiles and report every problem",
-        description="Check each profile and report every problem at once: file, rule, field and what is "
-        "allowed. Exit 1 when any profile has a problem.",
-    )
-    validate.add_argument("profiles", nargs="+", type=Path, metavar="PROFILE.toml")
-    validate.set_defaults(handler=_validate)
-
-    faults = commands.add_parser("faults", help="list the fault types and their settings")
-    faults.set_defaults(handler=_faults)
-
+def add_parsers(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="one session: an agent runs tasks through the proxy against the bundled mock server",
@@ -158,9 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the matrix of profiles x agents; outcomes, retries, duplicates, recovery time; report.md and charts",
         description="Run every agent under every profile (TASKS tasks per cell, in sessions of SESSION_TASKS run "
         "JOBS at a time), judge every task, and write records.jsonl, report.md and SVG charts under --out. "
-        "With no arguments: the 9 bundled profiles x naive, retry-only, resilient x 100 tasks.",
+        "With no arguments: the nine stdio profiles of profiles/ x naive, retry-only, resilient x 100 tasks.",
     )
-    bench.add_argument("--profiles", help="comma-separated names or .toml paths (default: the 9 bundled profiles)")
+    bench.add_argument(
+        "--profiles", help="comma-separated names or .toml paths (default: the nine stdio profiles of profiles/)"
+    )
     bench.add_argument(
         "--agents",
         help="comma-separated agent names; llm for the models of --models (default: naive,retry-only,resilient)",
@@ -184,38 +67,6 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--merge", nargs="+", type=Path, required=True, metavar="DIR", help="bench output directories")
     report.add_argument("--out", type=Path, help="output directory (default runs/<time>-merged)")
     report.set_defaults(handler=_report)
-
-    traces = commands.add_parser("traces", help="work with the spans a run wrote to files")
-    traces_commands = traces.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
-    export = traces_commands.add_parser(
-        "export",
-        help="send a past run's spans to an OpenTelemetry collector (OTLP/HTTP protobuf)",
-        description="Find every *spans.jsonl under RUN_DIR and send the spans to a collector over OTLP/HTTP, so a "
-        "run done offline can be looked at in Jaeger. Headers come from OTEL_EXPORTER_OTLP_HEADERS.",
-    )
-    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    export.add_argument(
-        "--otlp-endpoint", metavar="URL", help="collector base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT)"
-    )
-    export.set_defaults(handler=_traces_export, command="traces export")
-    traces.set_defaults(handler=lambda _args: _usage(traces))
-
-    mock = commands.add_parser(
-        "mock-server",
-        help="run the bundled mock MCP server (a network-operations world) on stdio",
-        description="A deterministic network-operations world served over stdio MCP (both protocol eras). "
-        "Its final state is written at exit for judging.",
-    )
-    mock.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
-    mock.add_argument("--state", type=Path, metavar="FILE.json", help="write the final state here at exit")
-    mock.add_argument(
-        "--spans", type=Path, metavar="FILE.jsonl", help="a SERVER span per request, as OTLP JSON lines (appended)"
-    )
-    mock.add_argument(
-        "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
-    )
-    mock.set_defaults(handler=_mock_server)
-    return parser
 
 
 def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
@@ -314,174 +165,6 @@ def _write_llm_manifest(args: argparse.Namespace, command: str, variants: Sequen
             "source": "the scripted fake model (fakemodel.py), not a real model" if fake else "the Anthropic API",
         },
     )
-
-
-def _logging_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    parser.add_argument(
-        "--log-format",
-        default="auto",
-        choices=["auto", "json", "console"],
-        help="auto: JSON lines unless stderr is a terminal (default)",
-    )
-
-
-def _proxy(args: argparse.Namespace) -> int:
-    import anyio
-
-    from mcpfault.faults.engine import Engine, rules_not_carried
-    from mcpfault.proxy import summary
-    from mcpfault.proxy.core import ProxyCore
-    from mcpfault.proxy.stdio import Lifecycle, run_stdio
-    from mcpfault.telemetry.logging import configure
-
-    configure(args.log_level, args.log_format)
-    command = args.server[1:] if args.server[:1] == ["--"] else args.server
-    if args.listen is not None or args.upstream is not None:
-        return _proxy_http(args, command)
-    if not command:
-        raise UsageError("no server command; put it after '--', e.g. mcpfault proxy -c P.toml -- mcpfault mock-server")
-    if args.shutdown_timeout < 0:
-        raise UsageError(f"--shutdown-timeout {args.shutdown_timeout} is negative; give seconds >= 0")
-    loaded = _proxy_profile(args)
-    engine = Engine(loaded)
-    for rule in rules_not_carried(loaded, "stdio"):
-        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
-    events = _proxy_events(args)
-    from mcpfault.proxy.setup import ProxyTelemetry
-
-    telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
-    observers = [telemetry.observer] if telemetry.observer is not None else []
-    core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
-    with _flushed_at_exit(events, telemetry):
-        status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
-    if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr)
-    return status
-
-
-def _proxy_profile(args: argparse.Namespace) -> Any:
-    from mcpfault.faults import profile
-
-    loaded = profile.load(args.config)
-    return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
-
-
-def _proxy_events(args: argparse.Namespace) -> Any:
-    """The --events sink, or None; a clear error when the file cannot be written."""
-    from mcpfault.proxy.events import JsonlEventSink
-
-    if args.events is None:
-        return None
-    try:
-        return JsonlEventSink(args.events)
-    except OSError as exc:
-        raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
-
-
-@contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any) -> Iterator[None]:
-    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
-    try:
-        yield
-    finally:
-        if events is not None:
-            events.close()
-        telemetry.close()
-
-
-def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
-    import os
-
-    import anyio
-
-    from mcpfault.proxy import http, summary
-    from mcpfault.proxy.http_exchange import Limits
-    from mcpfault.proxy.http_sessions import Sessions
-    from mcpfault.proxy.http_stdio import StdioBridge
-    from mcpfault.proxy.setup import ProxyTelemetry
-    from mcpfault.telemetry import names
-
-    if args.listen is None:
-        raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
-    listen = http.parse_listen(args.listen)
-    if command and args.upstream is not None:
-        raise UsageError("give either --upstream URL or a stdio server command after '--', not both")
-    if not command and args.upstream is None:
-        raise UsageError(
-            "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
-            "or a stdio server command after '--'"
-        )
-    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
-    if args.max_body_bytes < 1:
-        raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
-    if args.hold < 0:
-        raise UsageError(f"--hold {args.hold} is negative; give seconds >= 0")
-    token = os.environ.get("MCPFAULT_PROXY_TOKEN") or None
-    if not listen.loopback and token is None:
-        raise UsageError(
-            f"--listen {args.listen} is beyond loopback: set MCPFAULT_PROXY_TOKEN and have clients send it "
-            f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
-        )
-    loaded = _proxy_profile(args)
-    events = _proxy_events(args)
-    attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
-    telemetry = ProxyTelemetry.start(
-        spans=args.spans,
-        otlp_endpoint=args.otlp_endpoint,
-        metrics_addr=args.metrics_addr,
-        transport=names.TRANSPORT_HTTP,
-        attributes=attributes,
-    )
-    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
-    limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
-    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
-
-    def announce(url: str) -> None:
-        print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
-        sys.stderr.flush()
-
-    with _flushed_at_exit(events, telemetry):
-        status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
-    if not args.no_summary:
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
-    return status
-
-
-def _validate(args: argparse.Namespace) -> int:
-    from mcpfault.faults import profile
-
-    failed = 0
-    for path in args.profiles:
-        try:
-            loaded = profile.load(path)
-        except ProfileError as exc:
-            failed += 1
-            for problem in exc.problems:
-                print(problem, file=sys.stderr)
-            continue
-        print(f"{path}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))")
-    if failed:
-        print(f"{failed} of {len(args.profiles)} profile(s) have problems", file=sys.stderr)
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
-
-
-def _faults(_args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from mcpfault.faults import settings
-    from mcpfault.faults.catalog import CATALOG
-
-    for fault_type in CATALOG:
-        doc = ((fault_type.__module__ and sys.modules[fault_type.__module__].__doc__) or "").strip().splitlines()[0]
-        only = "" if "stdio" in fault_type.transports else " (HTTP only)"
-        print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
-        hints = __import__("typing").get_type_hints(fault_type)
-        for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
-            default = field.default if field.default is not dataclasses.MISSING else "(required)"
-            print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
-    print("every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none]")
-    return EXIT_OK
 
 
 def _output_dir(out: Path | None, default_name: str) -> Path:
@@ -759,45 +442,4 @@ def _report(args: argparse.Namespace) -> int:
     report = write_report(merged.records, out, meta)
     print_summary(merged.records, _console())
     print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
-    return EXIT_OK
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
-
-
-def _traces_export(args: argparse.Namespace) -> int:
-    import os
-
-    from mcpfault.telemetry.export import ExportError, export_run
-
-    endpoint = (
-        args.otlp_endpoint
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
-    if not endpoint:
-        raise UsageError("no collector given: pass --otlp-endpoint http://HOST:4318 or set OTEL_EXPORTER_OTLP_ENDPOINT")
-    if not args.run_dir.is_dir():
-        raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
-    try:
-        summary = export_run(args.run_dir, endpoint)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except ExportError as exc:
-        print(f"mcpfault traces export: {exc}", file=sys.stderr)
-        if exc.summary is not None:
-            print(exc.summary.describe(), file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    print(summary.describe(), file=sys.stderr)
-    for error in summary.errors:
-        print(f"  {error}", file=sys.stderr)
-    return EXIT_OK if summary.ok else EXIT_CHECK_FAILED
-
-
-def _mock_server(args: argparse.Namespace) -> int:
-    from mcpfault.mock.server import serve
-
-    serve(seed=args.seed, state_path=args.state, spans_path=args.spans, otlp_endpoint=args.otlp_endpoint)
     return EXIT_OK

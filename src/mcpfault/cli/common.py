@@ -1,0 +1,26 @@
+"""What every command of the CLI shares: exit codes and the logging options."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_STARTED = 127
+
+
+def logging_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format",
+        default="auto",
+        choices=["auto", "json", "console"],
+        help="auto: JSON lines unless stderr is a terminal (default)",
+    )
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
