@@ -141,7 +141,7 @@ def test_a_server_command_that_cannot_start_is_exit_127(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 127
-    assert "cannot start the server command" in result.stderr and "No such file" in result.stderr
+    assert "cannot start the MCP server" in result.stderr and "was not found" in result.stderr
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

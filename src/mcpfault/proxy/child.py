@@ -86,6 +86,17 @@ class ChildProcess:
                 self._popen.kill()
             self._popen.wait()
 
+    async def stop(self, *, grace_s: float, kill_after_s: float) -> int:
+        """End a server whose stdin is already closed: ``grace_s`` to exit on its own, then SIGTERM,
+        then SIGKILL ``kill_after_s`` later. Its return code."""
+        with anyio.move_on_after(grace_s):
+            return await self.wait()
+        self.terminate()
+        with anyio.move_on_after(kill_after_s):
+            return await self.wait()
+        self.kill()
+        return await self.wait()
+
     def close_pipes(self) -> None:
         for pipe in (self._popen.stdin, self._popen.stdout):
             if pipe is not None:

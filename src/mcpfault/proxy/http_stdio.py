@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import shlex
-import signal
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import structlog
 from multidict import CIMultiDict
 
-from mcpfault.errors import UpstreamError
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
+from mcpfault.proxy.child import ChildProcess
+from mcpfault.proxy.stdio import exit_status
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -78,7 +79,9 @@ class StdioBridge:
     def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
         self._command = list(command)
         self._kill_timeout_s = kill_timeout_s
-        self._process: asyncio.subprocess.Process | None = None
+        self._child: ChildProcess | None = None
+        self._stdin: asyncio.StreamWriter | None = None
+        self._stdout: asyncio.StreamReader | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[Any, BridgeAnswer]] = {}  # upstream id -> (client's id, answer)
         self._progress: dict[object, BridgeAnswer] = {}
@@ -88,45 +91,39 @@ class StdioBridge:
         self.label = joined if len(joined) <= 80 else joined[:77] + "..."
 
     async def start(self) -> None:
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                *self._command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                limit=MAX_LINE_BYTES,
-            )
-        except OSError as exc:
-            raise UpstreamError(f"cannot start the server command {self._command[0]!r}: {exc.strerror}") from None
+        """Start the server (the stdio transport's ChildProcess: the same errors, the same lifecycle)."""
+        self._child = ChildProcess.start(self._command)
+        stdin_fd, stdout_fd = self._child.take_pipes()
+        loop = asyncio.get_running_loop()
+        self._stdout = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        stdout = self._stdout
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), os.fdopen(stdout_fd, "rb", 0))
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(stdin_fd, "wb", 0)
+        )
+        self._stdin = asyncio.StreamWriter(transport, protocol, None, loop)
         self._reader = asyncio.create_task(self._read())
 
     async def wait(self) -> int:
         """Until the server exits; its exit status, as a shell shows it."""
-        assert self._process is not None
-        code = await self._process.wait()
+        assert self._child is not None
+        code = exit_status(await self._child.wait())
         if self._reader is not None:
             await self._reader
-        return 128 - code if code < 0 else code
+        return code
 
     async def stop(self) -> None:
-        process = self._process
-        if process is None or process.returncode is not None:
+        """Close the server's stdin (its EOF); SIGTERM after the grace, SIGKILL after as long again."""
+        if self._child is None:
             return
-        if process.stdin is not None:
-            process.stdin.close()
-        for send in (None, signal.SIGTERM, signal.SIGKILL):
-            if send is not None:
-                process.send_signal(send)
-            try:
-                await asyncio.wait_for(process.wait(), self._kill_timeout_s)
-                return
-            except TimeoutError:
-                continue
+        if self._stdin is not None:
+            self._stdin.close()
+        await self._child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
 
     # -- the proxy's upstream ---------------------------------------------------------------------
 
     async def post(self, data: bytes) -> BridgeAnswer:
-        process = self._process
-        if process is None or process.stdin is None or process.returncode is not None:
+        if self._child is None or self._stdin is None or self._child.returncode is not None:
             raise ConnectionError(f"the stdio server {self.label!r} exited with code {self.exit_code}")
         message = jsonrpc.parse(data)
         if message.kind is not MessageKind.REQUEST or message.body is None:
@@ -143,9 +140,9 @@ class StdioBridge:
         return answer
 
     def cancel(self, upstream_id: int) -> None:
-        if upstream_id in self._waiting and self._process is not None and self._process.stdin is not None:
+        if upstream_id in self._waiting and self._stdin is not None and not self._stdin.is_closing():
             note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": upstream_id}}
-            self._process.stdin.write(jsonrpc.encode(note) + b"\n")
+            self._stdin.write(jsonrpc.encode(note))
 
     def forget(self, upstream_id: int | None) -> None:
         if upstream_id is None:
@@ -156,16 +153,16 @@ class StdioBridge:
                 del self._progress[token]
 
     async def _write(self, line: bytes) -> None:
-        assert self._process is not None and self._process.stdin is not None
+        assert self._stdin is not None
         try:
-            self._process.stdin.write(line if line.endswith(b"\n") else line + b"\n")
-            await self._process.stdin.drain()
+            self._stdin.write(line if line.endswith(b"\n") else line + b"\n")
+            await self._stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise ConnectionError(f"the stdio server {self.label!r} stopped reading: {exc}") from None
 
     async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        stdout = self._process.stdout
+        assert self._child is not None and self._stdout is not None
+        stdout = self._stdout
         while True:
             try:
                 line = await stdout.readline()
@@ -175,8 +172,7 @@ class StdioBridge:
             if not line:
                 break
             self._route(line.rstrip(b"\r\n"))
-        code = await self._process.wait()
-        self.exit_code = 128 - code if code < 0 else code
+        self.exit_code = exit_status(await self._child.wait())
         for client_id, answer in list(self._waiting.values()):
             reply = jsonrpc.error_response(
                 client_id,
