@@ -196,8 +196,8 @@ class HttpProxy:
             return error_response(
                 413,
                 None,
-                f"mcpfault: the request body is larger than {self._limits.max_body_bytes} bytes "
-                "; send less, or start the proxy with a larger --max-body-bytes",
+                f"mcpfault: the request body is larger than {self._limits.max_body_bytes} bytes; "
+                "send less, or start the proxy with a larger --max-body-bytes",
             )
         session_id = request.headers.get(SESSION_HEADER)
         if session_id:
