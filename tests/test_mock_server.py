@@ -20,7 +20,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from mcpfault.mock import World
-from mcpfault.mock.server import INSTRUCTIONS, Session
+from mcpfault.mock.session import INSTRUCTIONS, Session
 
 SEED = 7
 TIMEOUT = 30.0

@@ -1,6 +1,6 @@
 """The mock server's seven tools: what `tools/list` publishes and how `tools/call` reaches the `World`.
 
-Each tool names a TypedDict for its arguments (below) and one for its result (in `world`); both
+Each tool names a TypedDict for its arguments (below) and one for its result (in `answers`); both
 schemas are derived from them once, at import (`mcpfault.mock.schema`).
 """
 
@@ -10,18 +10,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, NotRequired, TypedDict
 
-from mcpfault.mock.schema import json_schema
-from mcpfault.mock.world import (
+from mcpfault.mock.answers import (
     DeviceListResult,
     DeviceStatusResult,
     IncidentResult,
     InterfaceMetricsResult,
     SetMaintenanceResult,
-    Severity,
     SiteListResult,
     SiteResult,
-    World,
 )
+from mcpfault.mock.records import Severity
+from mcpfault.mock.schema import json_schema
+from mcpfault.mock.world import World
 
 SiteId = Annotated[str, "Site id exactly as returned by list_sites."]
 DeviceId = Annotated[str, "Device id exactly as returned by list_devices."]
