@@ -34,6 +34,9 @@ MAX_OBSERVED_SERVER_REQUESTS = 4096
 
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
 _UNTIMED = frozenset({"upstream_exited", "cancelled", "upstream_unreachable", "reset", "stream_cut"})
+# Endings a transport reports through ``end()`` the moment it holds the upstream's answer (a status
+# it relays, a body it cannot use): the answer arrived then. Any other ``end()`` had no answer to time.
+_ENDED_ON_ARRIVAL = frozenset({"http_error", "error"})
 
 
 class To(enum.Enum):
@@ -124,7 +127,6 @@ class ProxyCore:
         self.stats = stats if stats is not None else Stats()
         self._events = events
         self._observers = tuple(observers)
-        self._response_arrived = 0.0
         self._propagate = propagate and bool(self._observers)
         self._clock = clock
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
@@ -234,7 +236,8 @@ class ProxyCore:
         assert body is not None
         pending = self._server_requests.pop(jsonrpc.id_key(body["id"]), None)
         if pending is not None:
-            self._record(pending, Delivery(None), upstream_contacted=True, body=body, event=False)
+            arrived = self._clock()  # the client's answer is the response here
+            self._record(pending, Delivery(None), upstream_contacted=True, body=body, event=False, arrived=arrived)
 
     def _cancelled(self, request_id: Any) -> None:
         """The client gave up on a request: the server need not answer it, so stop waiting for it."""
@@ -247,8 +250,9 @@ class ProxyCore:
     # -- server to client ---------------------------------------------------------------------
 
     def from_server(self, line: bytes) -> list[Emit]:
-        if self._observers:
-            self._response_arrived = self._clock()
+        # When this line arrived, kept with the request it answers: the proxy's share ends are timed
+        # from it, not from whatever line of whichever request the core saw last.
+        arrived = self._clock() if self._observers else None
         message = jsonrpc.parse(line)
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
@@ -272,14 +276,16 @@ class ProxyCore:
         if self._watch_responses:
             self.engine.observe_response(call, line, body)
         if decision.http is not None and decision.http.failure is HttpFailure.RESET:
-            self._record(pending, Delivery(None), upstream_contacted=True, received=decision.http.received)
+            self._record(
+                pending, Delivery(None), upstream_contacted=True, received=decision.http.received, arrived=arrived
+            )
             return []  # the server acted; the connection drops before its answer leaves
         if not decision.steps:
             if decision.applied or self._events is not None or self._observers:
-                self._record(pending, Delivery(line), upstream_contacted=True, body=body)
+                self._record(pending, Delivery(line), upstream_contacted=True, body=body, arrived=arrived)
             return [Emit(To.CLIENT, line)]
         delivery = decision.deliver(line)
-        self._record(pending, delivery, upstream_contacted=True)
+        self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
         if delivery.data is None:
             return []  # lost on purpose: the client learns nothing, as with a real lost response
         return [Emit(To.CLIENT, delivery.data, delivery.delay_s)]
@@ -326,14 +332,24 @@ class ProxyCore:
         upstream_contacted: bool = True,
     ) -> bool:
         """End one request the transport gave up on: the stream was cut, the client left, the upstream
-        could not be reached (``reply``: what the client gets instead). False when it was not in flight."""
+        could not be reached (``reply``: what the client gets instead). False when it was not in flight.
+
+        ``http_error`` and ``error`` are reported as the upstream's answer arrives, so the proxy's share
+        is timed from now; after any other ending no answer crossed the proxy and it is not timed.
+        """
         if not jsonrpc.valid_id(request_id):
             return False
         pending = self._untrack(jsonrpc.id_key(request_id))
         if pending is None:
             return False
+        arrived = self._clock() if self._observers and received in _ENDED_ON_ARRIVAL else None
         self._record(
-            pending, Delivery(reply), upstream_contacted=upstream_contacted, received=received, error_code=error_code
+            pending,
+            Delivery(reply),
+            upstream_contacted=upstream_contacted,
+            received=received,
+            error_code=error_code,
+            arrived=arrived,
         )
         return True
 
@@ -353,7 +369,10 @@ class ProxyCore:
         received: str | None = None,
         error_code: int | None = None,
         event: bool = True,
+        arrived: float | None = None,
     ) -> None:
+        """``arrived``: when the answer that ends the request reached the proxy (core clock); None when
+        none did, so the proxy's share of an upstream round trip cannot be timed."""
         decision, call = pending.decision, pending.call
         if received is None and body is not None and delivery.data is None:
             received, error_code = classify(b"", call.request_id, body)  # the client's answer, already parsed
@@ -369,7 +388,7 @@ class ProxyCore:
             if received in _UNTIMED:
                 added_s: float | None = None
             elif upstream_contacted:
-                added_s = pending.handled_s + (now - self._response_arrived)
+                added_s = None if arrived is None else pending.handled_s + (now - arrived)
             else:
                 added_s = now - pending.started
             outcome = Finished(
