@@ -12,7 +12,8 @@ import pytest
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SpanRecorder, parse_traceparent
+from mcpfault.telemetry.fastspans import SpanRecorder
+from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
 from tests.otlp_support import SECRET
 

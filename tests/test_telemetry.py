@@ -617,9 +617,9 @@ def test_ipv6_loopback_serves() -> None:
 
 def test_non_loopback_needs_a_token_and_the_token_is_enforced() -> None:
     registry = HarnessMetrics().registry
-    with pytest.raises(ValueError, match=r"non-loopback.*token"):
+    with pytest.raises(ValueError, match=r"beyond loopback.*MCPFAULT_METRICS_TOKEN"):
         start_metrics_server("0.0.0.0:0", registry)
-    with pytest.raises(ValueError, match=r"non-loopback.*token"):
+    with pytest.raises(ValueError, match=r"beyond loopback.*MCPFAULT_METRICS_TOKEN"):
         start_metrics_server("example.org:0", registry)
 
     server, thread = start_metrics_server("0.0.0.0:0", registry, token="tok-123")

@@ -12,6 +12,7 @@ from typing import Any
 
 from mcpfault.cli.common import logging_options
 from mcpfault.errors import UsageError
+from mcpfault.loopback import require_token_beyond_loopback
 
 
 def add_parser(commands: Any) -> None:
@@ -174,11 +175,12 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     if args.hold < 0:
         raise UsageError(f"--hold {args.hold} is negative; give seconds >= 0")
     token = os.environ.get("MCPFAULT_PROXY_TOKEN") or None
-    if not listen.loopback and token is None:
-        raise UsageError(
-            f"--listen {args.listen} is beyond loopback: set MCPFAULT_PROXY_TOKEN and have clients send it "
-            f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
-        )
+    require_token_beyond_loopback(
+        f"--listen {args.listen}",
+        listen.host,
+        token,
+        f"set MCPFAULT_PROXY_TOKEN and have clients send it in the {http.TOKEN_HEADER} header",
+    )
     loaded = _proxy_profile(args)
     events = _proxy_events(args)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}

@@ -95,15 +95,13 @@ def _faults(_args: argparse.Namespace) -> int:
 
 
 def _traces_export(args: argparse.Namespace) -> int:
-    import os
-
+    from mcpfault.telemetry import otel_env
     from mcpfault.telemetry.export import ExportError, export_run
 
-    endpoint = (
-        args.otlp_endpoint
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
+    try:
+        endpoint = otel_env.traces_url(args.otlp_endpoint)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not endpoint:
         raise UsageError("no collector given: pass --otlp-endpoint http://HOST:4318 or set OTEL_EXPORTER_OTLP_ENDPOINT")
     if not args.run_dir.is_dir():

@@ -8,7 +8,6 @@ whose response a fault lost still shows that the server acted. OpenTelemetry is 
 
 from __future__ import annotations
 
-import os
 import pathlib
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +106,9 @@ class RequestSpans:
 
 def tracer_provider(spans_path: pathlib.Path | None, otlp_endpoint: str | None) -> TracerProvider | None:
     """A provider when anything asks for spans (arguments or the OTLP variables), else None without importing any."""
-    wants_env = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if spans_path is None and otlp_endpoint is None and not wants_env:
+    from mcpfault.telemetry import otel_env
+
+    if not otel_env.tracing_wanted(spans_path, otlp_endpoint):
         return None
     from mcpfault.telemetry.tracing import configure_tracing
 

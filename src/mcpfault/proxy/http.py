@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from yarl import URL
 
 from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpAction
+from mcpfault.loopback import require_token_beyond_loopback
 from mcpfault.protocol import jsonrpc
 from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
@@ -61,15 +61,6 @@ _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKE
 class ListenAddress:
     host: str
     port: int
-
-    @property
-    def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
 
 
 def parse_listen(value: str) -> ListenAddress:
@@ -132,11 +123,12 @@ class HttpProxy:
 
     async def start(self, listen: ListenAddress) -> str:
         """Listen; return the proxy's MCP endpoint URL (with the real port when ``listen.port`` is 0)."""
-        if not listen.loopback and self._token is None:
-            raise UsageError(
-                f"--listen {listen.host}:{listen.port} is beyond loopback: set MCPFAULT_PROXY_TOKEN, "
-                f"and have clients send it in the {TOKEN_HEADER} header"
-            )
+        require_token_beyond_loopback(
+            f"--listen {listen.host}:{listen.port}",
+            listen.host,
+            self._token.decode() if self._token is not None else None,
+            f"set MCPFAULT_PROXY_TOKEN and have clients send it in the {TOKEN_HEADER} header",
+        )
         if self._bridge is None:
             self._pool = UpstreamPool(
                 self._upstream,

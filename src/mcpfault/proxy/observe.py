@@ -19,8 +19,9 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder, parse_traceparent
+from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder
 from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import span_name
 
 # What a fault did, as a span event on the proxy's span.

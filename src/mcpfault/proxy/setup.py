@@ -14,8 +14,6 @@ from typing import Any
 
 from mcpfault.errors import UsageError
 
-OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
 
 @dataclass
 class ProxyTelemetry:
@@ -34,9 +32,12 @@ class ProxyTelemetry:
         transport: str = "stdio",
         attributes: Mapping[str, Any] | None = None,
     ) -> ProxyTelemetry:
-        traced = (
-            spans is not None or otlp_endpoint is not None or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES)
-        )
+        from mcpfault.telemetry import otel_env
+
+        try:
+            traced = otel_env.tracing_wanted(spans, otlp_endpoint)
+        except ValueError as exc:
+            raise UsageError(f"tracing: {exc}") from None
         if not traced and metrics_addr is None:
             return cls()
         from mcpfault import __version__

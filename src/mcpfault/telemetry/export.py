@@ -41,7 +41,7 @@ from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_HEADERS, 
 from opentelemetry.util.re import parse_env_headers
 
 from mcpfault.telemetry.logging import redact_text
-from mcpfault.telemetry.tracing import redact_userinfo, traces_endpoint
+from mcpfault.telemetry.otel_env import redact_userinfo, with_traces_path
 
 _log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def export_run(
     404, 405, 415) or keeps answering a retryable status. A batch the collector rejects for its
     content (400, 413, 500, ...) is counted in ``failures`` and the export goes on.
     """
-    url = traces_endpoint(endpoint)
+    url = with_traces_path(endpoint)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"run directory {run_dir} does not exist or is not a directory")

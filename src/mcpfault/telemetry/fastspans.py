@@ -27,16 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
-from opentelemetry.sdk.environment_variables import (
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-)
 from opentelemetry.trace import SpanKind
 
 from mcpfault.telemetry import names
+from mcpfault.telemetry.otel_env import traces_url
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP, encode_value, span_flags
+from mcpfault.telemetry.propagation import parse_traceparent, valid_tracestate
 from mcpfault.telemetry.span_files import OtlpJsonLinesExporter
-from mcpfault.telemetry.tracing import service_resource, traces_endpoint
+from mcpfault.telemetry.tracing import service_resource
 
 if TYPE_CHECKING:
     from mcpfault.telemetry.export import OtlpSender
@@ -48,53 +46,9 @@ BATCH_SPANS: Final = 512
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
 YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
-_HEX: Final = frozenset("0123456789abcdef")
-_MAX_TRACESTATE: Final = 512  # the W3C limit on the header's length
 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 Ending = tuple[dict[str, Any], list[Event], "tuple[str] | None", int]  # attributes, events, error, end Unix ns
-
-
-class ParentContext:
-    """A valid W3C ``traceparent``: the trace, the parent span and its flags, all as received."""
-
-    __slots__ = ("flags", "span_id", "trace_id")
-
-    def __init__(self, trace_id: str, span_id: str, flags: str) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.flags = flags
-
-    @property
-    def sampled(self) -> bool:
-        return bool(int(self.flags, 16) & 1)
-
-
-def parse_traceparent(value: object) -> ParentContext | None:
-    """``00-{32 hex}-{16 hex}-{2 hex}``, lowercase, ids not all zeros; anything else is None.
-
-    Stricter than the SDK's propagator on purpose: only version 00 is accepted, so an unknown future
-    version starts a new trace rather than being half understood.
-    """
-    if not isinstance(value, str) or len(value) != 55:
-        return None
-    if value[2] != "-" or value[35] != "-" or value[52] != "-" or value[:2] != "00":
-        return None
-    trace_id, span_id, flags = value[3:35], value[36:52], value[53:55]
-    if not _HEX.issuperset(trace_id) or not _HEX.issuperset(span_id) or not _HEX.issuperset(flags):
-        return None
-    if trace_id == "0" * 32 or span_id == "0" * 16:
-        return None
-    return ParentContext(trace_id, span_id, flags)
-
-
-def _valid_tracestate(value: object) -> str | None:
-    if not isinstance(value, str):
-        return None
-    value = value.strip()
-    if not value or len(value) > _MAX_TRACESTATE or any(not 0x20 <= ord(c) <= 0x7E for c in value):
-        return None
-    return value
 
 
 class SpanHandle:
@@ -143,17 +97,6 @@ class SpanHandle:
         return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
 
 
-def resolve_endpoint(otlp_endpoint: str | None) -> str | None:
-    """The traces URL: the argument (a base or a full URL), else the environment as the SDK reads it."""
-    if otlp_endpoint:
-        return traces_endpoint(otlp_endpoint)
-    signal = os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
-    if signal:
-        return signal  # the signal's own variable is the full URL, taken verbatim
-    generic = os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip()
-    return traces_endpoint(generic) if generic else None
-
-
 class SpanRecorder:
     """Spans from ``start``/``end`` on the hot path; a writer thread encodes and exports them.
 
@@ -181,7 +124,7 @@ class SpanRecorder:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._url = resolve_endpoint(otlp_endpoint)  # raises ValueError for a bad argument
+        self._url = traces_url(otlp_endpoint)  # raises ValueError for a bad argument
         resource = service_resource(service_name, resource_attributes)
         head: dict[str, Any] = {}
         if resource.attributes:
@@ -236,7 +179,7 @@ class SpanRecorder:
             self.new_span_id(),
             parent.span_id,
             parent.flags,
-            _valid_tracestate(tracestate),
+            valid_tracestate(tracestate),
             name,
             otlp_kind,
             attributes,

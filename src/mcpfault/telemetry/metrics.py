@@ -23,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
+from mcpfault.loopback import require_token_beyond_loopback
 from mcpfault.telemetry import names
 
 _INVALID_TRACE_ID = "0" * 32
@@ -267,15 +268,6 @@ def parse_metrics_addr(addr: str) -> tuple[str, int]:
     return host, port
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
-
-
 class MetricsServer:
     """A running /metrics endpoint. ``shutdown()`` stops it, frees the port and joins its thread."""
 
@@ -351,13 +343,9 @@ def start_metrics_server(
     its owner should still call ``shutdown()`` to free the port.
     """
     host, port = parse_metrics_addr(addr)
-    if token is not None and not token:
-        raise ValueError("the metrics token is empty; give a non-empty token or none at all")
-    if not is_loopback(host) and token is None:
-        raise ValueError(
-            f"refusing to serve metrics on non-loopback address {addr!r} without a token: anyone on the network "
-            "could read them; bind 127.0.0.1, or give a bearer token (--metrics-token) that scrapers must send"
-        )
+    require_token_beyond_loopback(
+        f"metrics on {addr}", host, token, "set MCPFAULT_METRICS_TOKEN, a bearer token every scrape must send"
+    )
 
     class _Server(ThreadingWSGIServer):
         pass

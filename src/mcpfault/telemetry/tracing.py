@@ -15,21 +15,14 @@ of its own and is re-exported here (see ``__all__``):
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
-from urllib.parse import urlsplit, urlunsplit
 
-from opentelemetry.sdk.environment_variables import (
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-)
 from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from mcpfault.telemetry.otel_env import redact_userinfo, traces_url
 from mcpfault.telemetry.otlp_json import encode_otlp_json
 from mcpfault.telemetry.propagation import extract_context, inject_context
 from mcpfault.telemetry.span_files import AttributeValue, OtlpJsonLinesExporter, SpanEvent, SpanView, read_spans
@@ -40,7 +33,6 @@ __all__ = [
     "redact_userinfo",
     "service_resource",
     "span_name",
-    "traces_endpoint",
     # OTLP JSON (otlp_json)
     "encode_otlp_json",
     # span files (span_files)
@@ -53,10 +45,6 @@ __all__ = [
     "extract_context",
     "inject_context",
 ]
-
-_TRACES_PATH: Final = "v1/traces"
-_USERINFO: Final = re.compile(r"//[^/@]*@")  # credentials in a URL, kept out of error messages
-
 
 # --- span names -------------------------------------------------------------------------------
 
@@ -90,22 +78,18 @@ def configure_tracing(
 
     Does not install the provider globally: the caller owns it and must ``shutdown()`` it to flush.
     """
-    endpoint = traces_endpoint(otlp_endpoint) if otlp_endpoint else None
-    env_endpoint = bool(
-        os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT)
-    )
-    if spans_file is None and endpoint is None and not env_endpoint:
+    endpoint = traces_url(otlp_endpoint)
+    if spans_file is None and endpoint is None:
         return None
 
     provider = TracerProvider(resource=service_resource(service_name, resource_attributes))
     if spans_file is not None:
         provider.add_span_processor(BatchSpanProcessor(OtlpJsonLinesExporter(spans_file)))
-    if endpoint is not None or env_endpoint:
+    if endpoint is not None:
         # Imported here: the exporter pulls in requests and the protobuf modules (~70 ms), which a
         # proxy writing only span files should not pay at start-up.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        # endpoint=None lets the exporter resolve the environment itself, signal path included.
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
 
@@ -120,27 +104,3 @@ def service_resource(service_name: str, explicit: Mapping[str, str] | None = Non
     if explicit:
         attributes.update(explicit)
     return Resource.create(attributes)
-
-
-def traces_endpoint(endpoint: str) -> str:
-    """The full traces URL for an endpoint given as a base (``http://host:4318``) or in full.
-
-    The exporter takes its ``endpoint`` argument verbatim, but people pass the collector's base URL
-    as they would in ``OTEL_EXPORTER_OTLP_ENDPOINT``; append the signal path as the spec does there.
-    Raises ``ValueError`` (credentials left out of the message) for anything but an http(s) URL with a host.
-    """
-    parts = urlsplit(endpoint.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"OTLP endpoint {redact_userinfo(endpoint)!r} is not an http(s) URL with a host; "
-            "give the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
-        )
-    path = parts.path.rstrip("/")
-    if not path.endswith("/" + _TRACES_PATH):
-        path = f"{path}/{_TRACES_PATH}"
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def redact_userinfo(text: str) -> str:
-    """``text`` with the credentials of any URL in it (``//user:pass@``) replaced by ``//***@``."""
-    return _USERINFO.sub("//***@", text)
