@@ -1,9 +1,12 @@
 """A real OTLP/HTTP traces receiver for the telemetry tests: a local HTTP server that decodes every POST
-as an ``ExportTraceServiceRequest`` (opentelemetry-proto) and answers as scripted."""
+as an ``ExportTraceServiceRequest`` (opentelemetry-proto; protobuf, or OTLP JSON with hex ids, gzip or
+not, as the request's headers say) and answers as scripted."""
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
@@ -43,8 +46,15 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                message = ExportTraceServiceRequest()
-                message.ParseFromString(body)
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.headers.get("Content-Type") == "application/json":
+                    from mcpfault.telemetry.export import otlp_json_to_protobuf
+
+                    message = otlp_json_to_protobuf(json.loads(body))
+                else:
+                    message = ExportTraceServiceRequest()
+                    message.ParseFromString(body)
                 with lock:
                     receiver.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, message))
                     code, headers, answer = answers[min(len(receiver.requests), len(answers)) - 1]

@@ -60,22 +60,23 @@ def test_an_invalid_traceparent_is_none(value: Any):
 def test_an_invalid_parent_starts_a_new_trace(tmp_path: Path):
     recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
     handle = recorder.start("initialize", SpanKind.SERVER, f"00-{'0' * 32}-{PARENT}-01", {}, START_NS, tracestate="a=b")
+    assert handle is not None
     assert handle.trace_id != "0" * 32 and len(handle.trace_id) == 32
     assert handle.parent_span_id is None and handle.tracestate is None
     assert parse_traceparent(handle.traceparent()) is not None
     child = recorder.start("initialize", SpanKind.SERVER, TRACEPARENT, {}, START_NS, tracestate="a=b")
+    assert child is not None
     assert (child.trace_id, child.parent_span_id, child.tracestate) == (TRACE, PARENT, "a=b")
     assert child.traceparent() == f"00-{TRACE}-{child.span_id}-01"
     assert child.span_id != PARENT and int(child.span_id, 16)
     recorder.shutdown()
 
 
-def test_an_unsampled_parent_is_propagated_but_not_recorded(tmp_path: Path):
+def test_an_unsampled_parent_gets_no_span(tmp_path: Path):
+    """The default sampler is parent-based: the client's unsampled context crosses as it came."""
     spans_file = tmp_path / "spans.jsonl"
     recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None)
-    handle = recorder.start("ping", SpanKind.SERVER, f"00-{TRACE}-{PARENT}-00", {}, START_NS)
-    assert handle.traceparent().endswith("-00")  # the SDK's default sampler: parent-based
-    recorder.end(handle, {}, [], None, START_NS + 1)
+    assert recorder.start("ping", SpanKind.SERVER, f"00-{TRACE}-{PARENT}-00", {}, START_NS) is None
     recorder.shutdown()
     assert read_spans(spans_file) == []
 
@@ -91,6 +92,7 @@ def _record(recorder: SpanRecorder, request_id: str, traceparent: str | None = T
         {names.MCP_METHOD_NAME: "tools/call", names.JSONRPC_REQUEST_ID: request_id, "mcpfault.test.n": 3},
         START_NS,
     )
+    assert handle is not None
     recorder.end(
         handle,
         {names.UPSTREAM_CONTACTED: False, names.ERROR_TYPE: "-32603"},
@@ -163,6 +165,7 @@ def test_one_span_is_the_same_json_as_the_sdk_path(tmp_path: Path):
         START_NS,
         tracestate=meta["tracestate"],
     )
+    assert handle is not None
     recorder.end(handle, end_attributes, events, ("error",), START_NS + 10)
     recorder.shutdown()
 

@@ -59,8 +59,10 @@ class TelemetryObserver:
         *,
         transport: str = names.NETWORK_TRANSPORT_PIPE,
         attributes: Mapping[str, Any] | None = None,
+        propagate: bool = True,
     ) -> None:
         self._recorder = recorder
+        self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         self._metrics = metrics
         self._transport = transport
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
@@ -103,7 +105,7 @@ class TelemetryObserver:
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
         # meta is the client's _meta copied: its tracestate and baggage pass through as they were.
-        if not isinstance(token, SpanHandle):
+        if not isinstance(token, SpanHandle) or not self._propagates:
             return False
         meta["traceparent"] = token.traceparent()
         if token.tracestate:
@@ -124,12 +126,13 @@ class TelemetryObserver:
     def _count(self, outcome: Finished, span: SpanHandle | None) -> None:
         assert self._metrics is not None
         self._metrics.request_finished()
+        # An exemplar points at a trace someone recorded: ours, else the client's (when sampled).
         if span is not None:
-            trace_id: str | None = span.trace_id
-        else:  # no recorder here: the exemplar points at the client's trace, when it sent one
+            trace_id: str | None = span.trace_id if span.recording else None
+        else:
             meta = outcome.call.params.get("_meta")
             parent = parse_traceparent(meta.get("traceparent")) if isinstance(meta, dict) else None
-            trace_id = parent.trace_id if parent is not None else None
+            trace_id = parent.trace_id if parent is not None and parent.sampled else None
         first = outcome.decision.applied[0].type_name if outcome.decision.applied else None
         duration_s = outcome.finished - outcome.started + outcome.delay_s
         self._metrics.observe_request(outcome.call.method, first, duration_s, outcome.added_s, trace_id)

@@ -1,7 +1,8 @@
 """The proxy's spans and metrics, set up from its options; nothing is imported unless asked for.
 
 An untraced proxy is on every call an agent makes: it pays neither the span recorder nor
-prometheus_client at start-up.
+prometheus_client at start-up. The ``OTEL_*`` environment is read (``telemetry/otel_env.py``) and
+checked once spans are asked for; ``OTEL_SDK_DISABLED=true`` then turns them off, with one warning.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from mcpfault.errors import UsageError
+
+log = structlog.get_logger("mcpfault.proxy")
 
 
 @dataclass
@@ -20,7 +25,7 @@ class ProxyTelemetry:
     observer: Any = None  # a proxy.observe.TelemetryObserver, or None: the core observes nothing
     recorder: Any = None
     server: Any = None
-    _observer_args: tuple[Any, str, dict[str, Any]] = (None, "", {})
+    _observer_args: tuple[Any, str, dict[str, Any], bool] = (None, "", {}, True)
 
     @classmethod
     def start(
@@ -36,8 +41,20 @@ class ProxyTelemetry:
 
         try:
             traced = otel_env.tracing_wanted(spans, otlp_endpoint)
+            settings = otel_env.read(otlp_endpoint) if traced else None
         except ValueError as exc:
             raise UsageError(f"tracing: {exc}") from None
+        if settings is not None and settings.disabled:
+            log.warning(
+                "OTEL_SDK_DISABLED=true: the proxy records no spans, though --spans, --otlp-endpoint or "
+                "OTEL_EXPORTER_OTLP_*ENDPOINT ask for them"
+            )
+            traced, settings = False, None
+        if settings is not None and settings.ignored:
+            log.warning(
+                "OTEL_* variables not read by the proxy",
+                ignored={name: why for name, why in settings.ignored},
+            )
         if not traced and metrics_addr is None:
             return cls()
         from mcpfault import __version__
@@ -52,7 +69,7 @@ class ProxyTelemetry:
                 result.recorder = SpanRecorder(
                     "mcpfault-proxy",
                     spans_file=spans,
-                    otlp_endpoint=otlp_endpoint,
+                    settings=settings,
                     scope_name="mcpfault.proxy",
                     scope_version=__version__,
                 )
@@ -68,8 +85,11 @@ class ProxyTelemetry:
             except (ValueError, OSError) as exc:
                 raise UsageError(f"--metrics-addr {metrics_addr}: {exc}") from None
         network = names.NETWORK_TRANSPORT_TCP if transport == "http" else names.NETWORK_TRANSPORT_PIPE
-        result.observer = TelemetryObserver(result.recorder, proxy_metrics, transport=network, attributes=attributes)
-        result._observer_args = (proxy_metrics, network, dict(attributes or {}))
+        propagate = settings is None or settings.propagate
+        result.observer = TelemetryObserver(
+            result.recorder, proxy_metrics, transport=network, attributes=attributes, propagate=propagate
+        )
+        result._observer_args = (proxy_metrics, network, dict(attributes or {}), propagate)
         return result
 
     def observers_for(self, session_id: str | None) -> list[Any]:
@@ -81,9 +101,13 @@ class ProxyTelemetry:
         from mcpfault.proxy.observe import TelemetryObserver
         from mcpfault.telemetry import names
 
-        proxy_metrics, network, attributes = self._observer_args
+        proxy_metrics, network, attributes, propagate = self._observer_args
         attributes = {**attributes, names.MCP_SESSION_ID: session_id}
-        return [TelemetryObserver(self.recorder, proxy_metrics, transport=network, attributes=attributes)]
+        return [
+            TelemetryObserver(
+                self.recorder, proxy_metrics, transport=network, attributes=attributes, propagate=propagate
+            )
+        ]
 
     def close(self) -> None:
         if self.recorder is not None:

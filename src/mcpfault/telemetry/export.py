@@ -1,4 +1,7 @@
-"""Send a finished run's span files to an OTLP collector (or Jaeger) over OTLP/HTTP protobuf.
+"""Send spans to an OTLP collector (or Jaeger) over OTLP/HTTP: a finished run's span files
+(``export_run``), the SDK's spans (``OtlpHttpSpanExporter``) and the proxy's (``fastspans``), all
+through one ``OtlpSender`` that honours the ``OTEL_EXPORTER_OTLP_*`` settings (``otel_env``):
+protobuf or JSON, headers, timeout, gzip, a CA bundle and a client certificate.
 
 A run writes its spans as OTLP JSON lines (``*spans.jsonl``, one ``ExportTraceServiceRequest`` per
 line, hex ids) so it needs no services; ``export_run`` replays them afterwards into the real stack.
@@ -8,40 +11,44 @@ bytes fields, OTLP JSON uses hex), lines are merged into batches and POSTed to
 
 Retries follow the OTLP/HTTP specification: 429, 502, 503 and 504 are retried, honouring
 ``Retry-After`` (seconds or an HTTP date, capped), with a bounded number of attempts. Headers come
-from ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` or else ``OTEL_EXPORTER_OTLP_HEADERS``, as the SDK reads
-them; they are credentials, so no message, log line or summary ever contains their values.
+from ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` or else ``OTEL_EXPORTER_OTLP_HEADERS``; they are
+credentials, so no message, log line or summary ever contains their values.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import email.utils
+import gzip
 import http.client
 import json
 import logging
-import os
 import re
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from google.protobuf.json_format import ParseDict, ParseError
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TRACES_HEADERS
-from opentelemetry.util.re import parse_env_headers
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from mcpfault.telemetry import otel_env
 from mcpfault.telemetry.logging import redact_text
-from mcpfault.telemetry.otel_env import redact_userinfo, with_traces_path
+from mcpfault.telemetry.otel_env import OtelConfigError, OtlpExport, redact_userinfo
+from mcpfault.telemetry.otlp_json import otlp_json_request
 
 _log = logging.getLogger(__name__)
 
@@ -122,9 +129,9 @@ class ExportTally:
 
 def export_run(
     run_dir: Path,
-    endpoint: str,
+    endpoint: str | OtlpExport,
     *,
-    timeout_s: float = 30,
+    timeout_s: float | None = 30,
     max_batch_spans: int = 512,
     max_batch_bytes: int = 4 * 1024 * 1024,
     max_attempts: int = 5,
@@ -133,8 +140,10 @@ def export_run(
 ) -> ExportSummary:
     """Send every span in ``run_dir``'s ``*spans.jsonl`` files (recursively) to ``{endpoint}/v1/traces``.
 
-    ``endpoint`` is the collector's OTLP/HTTP base (``http://127.0.0.1:4318``) or the full traces URL.
-    ``timeout_s`` bounds each HTTP request. A batch holds whole lines, up to ``max_batch_spans`` spans
+    ``endpoint`` is the collector's OTLP/HTTP base (``http://127.0.0.1:4318``) or the full traces URL
+    (the rest of the ``OTEL_EXPORTER_OTLP_*`` settings then come from the environment), or the
+    resolved settings. ``timeout_s`` bounds each HTTP request (None: the settings' timeout). A batch
+    holds whole lines, up to ``max_batch_spans`` spans
     or ``max_batch_bytes`` of protobuf (a single larger line goes alone). A retryable answer (429,
     502, 503, 504) or a broken connection is retried up to ``max_attempts`` times per batch, waiting
     ``Retry-After`` (capped at ``max_retry_wait_s``) or an exponential backoff.
@@ -144,7 +153,9 @@ def export_run(
     404, 405, 415) or keeps answering a retryable status. A batch the collector rejects for its
     content (400, 413, 500, ...) is counted in ``failures`` and the export goes on.
     """
-    url = with_traces_path(endpoint)
+    export = otel_env.otlp_export(otel_env.with_traces_path(endpoint)) if isinstance(endpoint, str) else endpoint
+    if timeout_s is not None:
+        export = dataclasses.replace(export, timeout_s=timeout_s)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"run directory {run_dir} does not exist or is not a directory")
@@ -155,15 +166,16 @@ def export_run(
             "(run and bench write client-spans.jsonl, proxy-spans.jsonl and server-spans.jsonl per session)"
         )
 
-    sender = OtlpSender(
-        url=url, timeout_s=timeout_s, max_attempts=max_attempts, max_retry_wait_s=max_retry_wait_s, sleep=sleep
-    )
+    sender = OtlpSender(export, max_attempts=max_attempts, max_retry_wait_s=max_retry_wait_s, sleep=sleep)
     tally = ExportTally(endpoint=sender.shown)
     for path in files:
         tally.add(files=1)
         for batch, span_count in _batches(path, tally, max_batch_spans, max_batch_bytes):
+            body = batch
+            if export.protocol == "http/json":
+                body = protobuf_to_otlp_json(ExportTraceServiceRequest.FromString(batch))
             try:
-                sender.send(batch, span_count, tally)
+                sender.send(body, span_count, tally)
             except ExportError as exc:
                 raise ExportError(str(exc), tally.summary) from None
     summary = tally.summary
@@ -229,6 +241,25 @@ def otlp_json_to_protobuf(request: Any) -> ExportTraceServiceRequest:
     return message
 
 
+def protobuf_to_otlp_json(message: ExportTraceServiceRequest) -> bytes:
+    """``message`` as OTLP JSON: the protobuf JSON mapping with hex ids and integer enums."""
+    request = MessageToDict(message, use_integers_for_enums=True)
+    for resource_spans in request.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                _ids_to_hex(span)
+                for link in span.get("links", ()):
+                    _ids_to_hex(link)
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+def _ids_to_hex(item: dict[str, Any]) -> None:
+    for key in _ID_SIZES:
+        value = item.get(key)
+        if isinstance(value, str):
+            item[key] = base64.b64decode(value).hex()
+
+
 _ID_SIZES: Final = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
 
 
@@ -252,39 +283,34 @@ def _span_count(message: ExportTraceServiceRequest) -> int:
 # --- sending ------------------------------------------------------------------------------------
 
 
-def _env_headers() -> dict[str, str]:
-    # The signal's own variable replaces the generic one entirely, as in the SDK's exporter.
-    raw = os.environ.get(OTEL_EXPORTER_OTLP_TRACES_HEADERS) or os.environ.get(OTEL_EXPORTER_OTLP_HEADERS, "")
-    return dict(parse_env_headers(raw, liberal=True))
-
-
 class OtlpSender:
-    """POSTs serialized ``ExportTraceServiceRequest`` bodies to ``url``, retrying as the OTLP/HTTP spec says.
+    """POSTs encoded ``ExportTraceServiceRequest`` bodies as ``export`` says (protobuf or JSON, gzip or
+    not, TLS files), retrying as the OTLP/HTTP specification says.
 
-    ``headers`` default to ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``; their values never appear in a
-    message. ``shown`` is ``url`` without credentials, for messages.
+    Header values never appear in a message; ``shown`` is the URL without credentials, for messages.
+    Raises ``OtelConfigError`` when a TLS file is not a usable PEM certificate or key.
     """
 
     def __init__(
         self,
+        export: OtlpExport,
         *,
-        url: str,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float,
         max_attempts: int,
         max_retry_wait_s: float,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if headers is None:
-            headers = _env_headers()
-        self.url = url
-        self.shown = redact_userinfo(url)
-        self.headers = {**headers, "Content-Type": "application/x-protobuf", "User-Agent": "mcpfault-export"}
-        self.secrets = [value for value in headers.values() if len(value) >= 4]
-        self.timeout_s = timeout_s
+        self.export = export
+        self.url = export.url
+        self.shown = export.shown
+        self.headers = {**export.headers, "Content-Type": export.content_type, "User-Agent": "mcpfault-export"}
+        if export.compression == "gzip":
+            self.headers["Content-Encoding"] = "gzip"
+        self.secrets = [value for value in export.headers.values() if len(value) >= 4]
+        self.timeout_s = export.timeout_s
         self.max_attempts = max(1, max_attempts)
         self.max_retry_wait_s = max_retry_wait_s
         self.sleep = sleep
+        self._tls = _tls_context(export) if export.url.startswith("https:") else None
 
     def send(self, body: bytes, span_count: int, tally: ExportTally) -> None:
         """Send one batch of ``span_count`` spans, counting the outcome in ``tally``.
@@ -292,11 +318,13 @@ class OtlpSender:
         Raises ``ExportError`` when the endpoint is unreachable, refuses the export or stays busy;
         a batch rejected for its content is counted in ``tally`` instead.
         """
+        if self.export.compression == "gzip":
+            body = gzip.compress(body, compresslevel=6)
         for attempt in range(1, self.max_attempts + 1):
             last = attempt == self.max_attempts
             request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._tls) as response:
                     self._accepted(response.read(), span_count, tally)
                     return
             except urllib.error.HTTPError as exc:
@@ -374,6 +402,44 @@ class OtlpSender:
         for secret in self.secrets:
             text = text.replace(secret, "[redacted]")
         return redact_userinfo(redact_text(text))
+
+
+def _tls_context(export: OtlpExport) -> ssl.SSLContext:
+    """Verification against the system's CAs, or ``certificate`` alone; a client certificate when given."""
+    try:
+        context = ssl.create_default_context(cafile=str(export.certificate) if export.certificate else None)
+        if export.client_certificate is not None:
+            context.load_cert_chain(str(export.client_certificate), str(export.client_key))
+    except (ssl.SSLError, OSError) as exc:
+        raise OtelConfigError(
+            f"OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE / CLIENT_CERTIFICATE / CLIENT_KEY: cannot load ({exc}); "
+            "give PEM files: the CA bundle, the client's certificate and its unencrypted key"
+        ) from None
+    return context
+
+
+class OtlpHttpSpanExporter(SpanExporter):
+    """The SDK's spans over the same ``OtlpSender`` (so the same ``OTEL_EXPORTER_OTLP_*`` settings apply)."""
+
+    def __init__(self, export: OtlpExport) -> None:
+        self._sender = OtlpSender(export, max_attempts=3, max_retry_wait_s=2.0)
+        self._json = export.protocol == "http/json"
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        request = otlp_json_request(spans)
+        if not request:
+            return SpanExportResult.SUCCESS
+        body = json.dumps(request).encode() if self._json else otlp_json_to_protobuf(request).SerializeToString()
+        tally = ExportTally(endpoint=self._sender.shown)
+        try:
+            self._sender.send(body, len(spans), tally)
+        except ExportError as exc:  # already free of credentials
+            _log.warning("%d spans not exported: %s", len(spans), exc)
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if tally.summary.ok else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        pass
 
 
 def _reason(status: int) -> str:

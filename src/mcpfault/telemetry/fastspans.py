@@ -8,10 +8,12 @@ writer thread per recorder encodes batches as OTLP JSON lines, the same format a
 endpoint is configured, converts the same JSON to protobuf and POSTs it over OTLP/HTTP.
 
 Configuration follows ``configure_tracing``: the resource comes from the same code (so
-``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply), the endpoint from the argument or
-``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``, headers from ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`` (sent,
-never logged). Sampling follows the SDK's default (parent-based, always on): a span whose remote
-parent is not sampled is propagated but not recorded.
+``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply), everything else from ``otel_env``:
+the endpoint (the argument or ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``), the exporter's protocol,
+headers (sent, never logged), timeout, compression and TLS files, and the sampler
+(``OTEL_TRACES_SAMPLER``/``_ARG``). A request the sampler leaves out gets no span at all: when the
+client's own context is unsampled it crosses the proxy untouched; a new trace left out still gets
+an unsampled ``traceparent`` upstream, so the server does not start recording it on its own.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from opentelemetry.trace import SpanKind
 
-from mcpfault.telemetry import names
-from mcpfault.telemetry.otel_env import traces_url
+from mcpfault.telemetry import names, otel_env
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP, encode_value, span_flags
 from mcpfault.telemetry.propagation import parse_traceparent, valid_tracestate
 from mcpfault.telemetry.span_files import OtlpJsonLinesExporter
@@ -109,7 +110,8 @@ class SpanRecorder:
         service_name: str,
         *,
         spans_file: Path | None,
-        otlp_endpoint: str | None,
+        otlp_endpoint: str | None = None,
+        settings: otel_env.OtelSettings | None = None,
         resource_attributes: Mapping[str, str] | None = None,
         scope_name: str = "mcpfault.proxy",
         scope_version: str | None = None,
@@ -124,7 +126,15 @@ class SpanRecorder:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._url = traces_url(otlp_endpoint)  # raises ValueError for a bad argument
+        if settings is None:
+            settings = otel_env.read(otlp_endpoint)  # raises OtelConfigError (a ValueError) for a bad value
+        sampler = settings.sampler
+        self._parent_based = sampler.parent_based
+        self._root = sampler.root
+        self._ratio_bound = sampler.ratio_bound
+        export = settings.export
+        self._url = export.url if export is not None else None
+        self._json = export is not None and export.protocol == "http/json"
         resource = service_resource(service_name, resource_attributes)
         head: dict[str, Any] = {}
         if resource.attributes:
@@ -138,10 +148,10 @@ class SpanRecorder:
         self._scope = scope
         self._file = OtlpJsonLinesExporter(spans_file) if spans_file is not None else None
         self._sender: OtlpSender | None = None
-        if self._url is not None:
+        if export is not None:
             from mcpfault.telemetry.export import OtlpSender  # protobuf modules: only when sending
 
-            self._sender = OtlpSender(url=self._url, timeout_s=5.0, max_attempts=3, max_retry_wait_s=2.0)
+            self._sender = OtlpSender(export, max_attempts=3, max_retry_wait_s=2.0)
 
     # -- the hot path ------------------------------------------------------------------------------
 
@@ -166,25 +176,43 @@ class SpanRecorder:
         start_unix_ns: int,
         *,
         tracestate: str | None = None,
-    ) -> SpanHandle:
-        """A span, child of ``traceparent`` when that is valid, else the root of a new trace."""
+    ) -> SpanHandle | None:
+        """A span, child of ``traceparent`` when that is valid, else the root of a new trace.
+
+        None when the sampler leaves out a request whose client context is itself unsampled: there is
+        nothing to record and nothing to change, so the request crosses as it came. A span the sampler
+        leaves out otherwise is a non-recording handle (sampled flag clear), propagated but never queued.
+        """
         otlp_kind = KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
         parent = parse_traceparent(traceparent)
         if parent is None:
+            trace_id = self.new_trace_id()
+            flags = "01" if self._root == "on" or (self._root == "ratio" and self._in_ratio(trace_id)) else "00"
             return SpanHandle(
-                self.new_trace_id(), self.new_span_id(), None, "01", None, name, otlp_kind, attributes, start_unix_ns
+                trace_id, self.new_span_id(), None, flags, None, name, otlp_kind, attributes, start_unix_ns
             )
+        parent_flags = int(parent.flags, 16)
+        if self._parent_based:
+            sampled = bool(parent_flags & 1)
+        else:
+            sampled = self._root == "on" or (self._root == "ratio" and self._in_ratio(parent.trace_id))
+        if not sampled and not parent_flags & 1:
+            return None
         return SpanHandle(
             parent.trace_id,
             self.new_span_id(),
             parent.span_id,
-            parent.flags,
+            f"{parent_flags | 1:02x}" if sampled else f"{parent_flags & ~1:02x}",
             valid_tracestate(tracestate),
             name,
             otlp_kind,
             attributes,
             start_unix_ns,
         )
+
+    def _in_ratio(self, trace_id: str) -> bool:
+        # The SDK's TraceIdRatioBased rule: the trace id's lower 64 bits below ratio * 2**64.
+        return int(trace_id[16:], 16) < self._ratio_bound
 
     def end(
         self,
@@ -266,8 +294,10 @@ class SpanRecorder:
         from mcpfault.telemetry.export import ExportError, ExportTally, otlp_json_to_protobuf
 
         try:
-            # The conversion rewrites ids in place: give it its own copy of the request.
-            body = otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
+            if self._json:
+                body = orjson.dumps(request)
+            else:  # the conversion rewrites ids in place: give it its own copy of the request
+                body = otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
             sender.send(body, count, ExportTally(endpoint=sender.shown))
         except ExportError as exc:  # already free of credentials
             _log.warning("%d spans not exported: %s", count, exc)

@@ -177,7 +177,7 @@ def read(otlp_endpoint: str | None = None, environ: Mapping[str, str] | None = N
             "(otlp, the default) or not at all (none); files are written with --spans"
         )
     url = traces_url(otlp_endpoint, env)
-    export = None if url is None or exporter == "none" else _export(url, env)
+    export = None if url is None or exporter == "none" else otlp_export(url, env)
     return OtelSettings(
         disabled=disabled,
         export=export,
@@ -276,7 +276,9 @@ def _check_url(endpoint: str, where: str) -> SplitResult:
     return parts
 
 
-def _export(url: str, env: Mapping[str, str]) -> OtlpExport:
+def otlp_export(url: str, environ: Mapping[str, str] | None = None) -> OtlpExport:
+    """How to send to the traces ``url``: the ``OTEL_EXPORTER_OTLP_[TRACES_]*`` settings of ``environ``."""
+    env = os.environ if environ is None else environ
     name, protocol = _otlp(env, "PROTOCOL")
     if protocol and protocol not in PROTOCOLS:
         hint = " (gRPC is not supported: point it at the collector's OTLP/HTTP port, usually 4318)"

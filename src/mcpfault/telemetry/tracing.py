@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from mcpfault.telemetry.otel_env import redact_userinfo, traces_url
+from mcpfault.telemetry import otel_env
+from mcpfault.telemetry.otel_env import redact_userinfo
 from mcpfault.telemetry.otlp_json import encode_otlp_json
 from mcpfault.telemetry.propagation import extract_context, inject_context
 from mcpfault.telemetry.span_files import AttributeValue, OtlpJsonLinesExporter, SpanEvent, SpanView, read_spans
@@ -73,25 +74,41 @@ def configure_tracing(
     ``service_name``. ``service_name`` is the program's own default, so ``OTEL_SERVICE_NAME`` (or
     ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) renames the service as operators expect, while a
     ``service.name`` in ``resource_attributes`` wins over both. ``otlp_endpoint`` wins over
-    ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``. Headers come only from ``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``,
-    read by the exporter itself: they are credentials and never reach the resource, a span or a log.
+    ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``. The exporter's other settings (protocol, headers, timeout,
+    compression, TLS files) and the sampler come from ``otel_env``, as for the proxy's recorder; headers
+    are credentials and never reach the resource, a span or a log. Raises ``OtelConfigError`` (a
+    ``ValueError``) for a value that cannot be honoured.
 
     Does not install the provider globally: the caller owns it and must ``shutdown()`` it to flush.
     """
-    endpoint = traces_url(otlp_endpoint)
-    if spans_file is None and endpoint is None:
+    settings = otel_env.read(otlp_endpoint)
+    if spans_file is None and settings.export is None:
         return None
 
-    provider = TracerProvider(resource=service_resource(service_name, resource_attributes))
+    provider = TracerProvider(
+        resource=service_resource(service_name, resource_attributes), sampler=sdk_sampler(settings.sampler)
+    )
     if spans_file is not None:
         provider.add_span_processor(BatchSpanProcessor(OtlpJsonLinesExporter(spans_file)))
-    if endpoint is not None:
-        # Imported here: the exporter pulls in requests and the protobuf modules (~70 ms), which a
-        # proxy writing only span files should not pay at start-up.
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    if settings.export is not None:
+        # Imported here: the protobuf modules cost ~70 ms, which a process writing only span files
+        # should not pay at start-up.
+        from mcpfault.telemetry.export import OtlpHttpSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        provider.add_span_processor(BatchSpanProcessor(OtlpHttpSpanExporter(settings.export)))
     return provider
+
+
+def sdk_sampler(sampler: otel_env.Sampler) -> sampling.Sampler:
+    """The SDK's sampler for ``OTEL_TRACES_SAMPLER``/``_ARG`` as ``otel_env`` validated them."""
+    root: sampling.Sampler
+    if sampler.root == "on":
+        root = sampling.ALWAYS_ON
+    elif sampler.root == "off":
+        root = sampling.ALWAYS_OFF
+    else:
+        root = sampling.TraceIdRatioBased(sampler.ratio)
+    return sampling.ParentBased(root) if sampler.parent_based else root
 
 
 def service_resource(service_name: str, explicit: Mapping[str, str] | None = None) -> Resource:
