@@ -166,6 +166,18 @@ class ProxyCore:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
         started = self._clock()
         tokens = tuple([o.started(call, decision, started) for o in self._observers])
+        if decision.applied:
+            # After the observers: the line carries this request's trace and span ids.
+            for applied in decision.applied:
+                log.debug(
+                    "fault injected",
+                    rule=applied.rule,
+                    fault_type=applied.type_name,
+                    mode=applied.mode,
+                    method=method,
+                    request_id=call.request_id,
+                    tool=call.target,
+                )
         pending = InFlight(body, decision, started, tokens, parsed=call)
         http = decision.http
         if http is not None and not http.upstream:

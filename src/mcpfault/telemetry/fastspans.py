@@ -32,6 +32,7 @@ import orjson
 from opentelemetry.trace import SpanKind
 
 from mcpfault.telemetry import names, otel_env
+from mcpfault.telemetry.logging import CURRENT_SPAN
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP, encode_value, span_flags
 from mcpfault.telemetry.propagation import parse_traceparent, valid_tracestate
 from mcpfault.telemetry.span_files import OtlpJsonLinesExporter
@@ -182,25 +183,30 @@ class SpanRecorder:
         None when the sampler leaves out a request whose client context is itself unsampled: there is
         nothing to record and nothing to change, so the request crosses as it came. A span the sampler
         leaves out otherwise is a non-recording handle (sampled flag clear), propagated but never queued.
+
+        Log lines written from here on in this thread or task carry the span's ids (``CURRENT_SPAN``;
+        the client's when there is no span), until the next request's span starts.
         """
         otlp_kind = KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
         parent = parse_traceparent(traceparent)
         if parent is None:
-            trace_id = self.new_trace_id()
+            trace_id, span_id = self.new_trace_id(), self.new_span_id()
             flags = "01" if self._root == "on" or (self._root == "ratio" and self._in_ratio(trace_id)) else "00"
-            return SpanHandle(
-                trace_id, self.new_span_id(), None, flags, None, name, otlp_kind, attributes, start_unix_ns
-            )
+            CURRENT_SPAN.set((trace_id, span_id))
+            return SpanHandle(trace_id, span_id, None, flags, None, name, otlp_kind, attributes, start_unix_ns)
         parent_flags = int(parent.flags, 16)
         if self._parent_based:
             sampled = bool(parent_flags & 1)
         else:
             sampled = self._root == "on" or (self._root == "ratio" and self._in_ratio(parent.trace_id))
         if not sampled and not parent_flags & 1:
+            CURRENT_SPAN.set((parent.trace_id, parent.span_id))
             return None
+        span_id = self.new_span_id()
+        CURRENT_SPAN.set((parent.trace_id, span_id))
         return SpanHandle(
             parent.trace_id,
-            self.new_span_id(),
+            span_id,
             parent.span_id,
             f"{parent_flags | 1:02x}" if sampled else f"{parent_flags & ~1:02x}",
             valid_tracestate(tracestate),

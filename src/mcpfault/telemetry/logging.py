@@ -5,7 +5,8 @@ every log line goes to stderr.
 
 One chain of small processors serves both structlog's loggers and the standard library's (the
 OpenTelemetry SDK and a few of our modules log through ``logging``), so every line has the same
-shape, carries the current trace and span ids, and has its secrets redacted before it is rendered:
+shape, carries the current trace and span ids (the SDK's current span, else the request the proxy is
+handling: ``CURRENT_SPAN``, set by its span recorder), and has its secrets redacted before it is rendered:
 
     merge_contextvars -> add_log_level -> TimeStamper -> add_trace_context
         -> [format_exc_info, JSON only] -> redact_secrets -> renderer
@@ -16,6 +17,7 @@ log collector) and the human console rendering when it is.
 
 from __future__ import annotations
 
+import contextvars
 import io
 import logging
 import re
@@ -34,11 +36,19 @@ REDACTED: Final = "[redacted]"
 TRACE_ID_KEY: Final = "trace_id"
 SPAN_ID_KEY: Final = "span_id"
 
+# (trace id, span id) in hex of the request this thread or task is handling, when it has a span.
+# The proxy's span recorder (telemetry/fastspans.py) sets it as each request's span starts: its spans
+# are no SDK spans, so the SDK's current span knows nothing of them.
+CURRENT_SPAN: Final[contextvars.ContextVar[tuple[str, str] | None]] = contextvars.ContextVar(
+    "mcpfault_current_span", default=None
+)
+
 # --- processors ---------------------------------------------------------------------------------
 
 
 def add_trace_context(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-    """Add ``trace_id`` (32 hex digits) and ``span_id`` (16) of the current OpenTelemetry span.
+    """Add ``trace_id`` (32 hex digits) and ``span_id`` (16) of the current span: the SDK's, else the
+    proxy's (``CURRENT_SPAN``).
 
     Nothing is added outside a span or when the current span is invalid (no SDK installed, a
     non-recording placeholder). Ids a caller bound explicitly are kept.
@@ -47,6 +57,11 @@ def add_trace_context(logger: WrappedLogger, method_name: str, event_dict: Event
     if context.is_valid:
         event_dict.setdefault(TRACE_ID_KEY, format(context.trace_id, "032x"))
         event_dict.setdefault(SPAN_ID_KEY, format(context.span_id, "016x"))
+        return event_dict
+    current = CURRENT_SPAN.get()
+    if current is not None:
+        event_dict.setdefault(TRACE_ID_KEY, current[0])
+        event_dict.setdefault(SPAN_ID_KEY, current[1])
     return event_dict
 
 
