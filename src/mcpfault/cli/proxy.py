@@ -24,13 +24,25 @@ def add_parser(commands: Any) -> None:
         "crosses byte for byte. Exits with the server's exit status (0 after SIGINT/SIGTERM in front\n"
         "of --upstream).",
         epilog="examples:\n"
-        "  mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        "  mcpfault proxy --config mixed --events events.jsonl -- mcpfault mock-server\n"
+        "  mcpfault proxy --config my-profile.toml -- uvx mcp-server-time\n"
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
-    proxy.add_argument("--events", type=Path, metavar="FILE.jsonl", help="write one JSON line per request")
+    proxy.add_argument(
+        "--config",
+        "-c",
+        required=True,
+        metavar="PROFILE",
+        help="fault profile: a .toml path or a bundled name (see 'mcpfault profiles')",
+    )
+    proxy.add_argument(
+        "--events",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="append one JSON line per request (after a proxy_started line marking this launch)",
+    )
     proxy.add_argument("--seed", type=int, help="use this seed instead of the profile's")
     proxy.add_argument(
         "--shutdown-timeout",
@@ -103,7 +115,7 @@ def _proxy(args: argparse.Namespace) -> int:
     engine = Engine(loaded)
     for rule in rules_not_carried(loaded, "stdio"):
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
-    events = _proxy_events(args)
+    events = _proxy_events(args, loaded, "stdio")
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
@@ -119,18 +131,21 @@ def _proxy(args: argparse.Namespace) -> int:
 def _proxy_profile(args: argparse.Namespace) -> Any:
     from mcpfault.faults import profile
 
-    loaded = profile.load(args.config)
+    loaded = profile.load(profile.resolve(args.config))
     return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
 
 
-def _proxy_events(args: argparse.Namespace) -> Any:
-    """The --events sink, or None; a clear error when the file cannot be written."""
+def _proxy_events(args: argparse.Namespace, loaded: Any, transport: str) -> Any:
+    """The --events sink (appended to, after a line marking this start), or None; a clear error when the
+    file cannot be written."""
+    from mcpfault import __version__
     from mcpfault.proxy.events import JsonlEventSink
 
     if args.events is None:
         return None
+    start = {"profile": loaded.name, "seed": loaded.seed, "transport": transport, "mcpfault_version": __version__}
     try:
-        return JsonlEventSink(args.events)
+        return JsonlEventSink(args.events, start=start)
     except OSError as exc:
         raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
 
@@ -180,7 +195,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
         )
     loaded = _proxy_profile(args)
-    events = _proxy_events(args)
+    events = _proxy_events(args, loaded, "http")
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
         spans=args.spans,

@@ -214,8 +214,11 @@ class HttpProxy:
         exchange = Exchange(request, core, body, session_id, self._limits)
         try:
             if upstream is None:
-                return await exchange.answer_locally(to_client)
-            return await self._forward(exchange, upstream, to_client)
+                response = await exchange.answer_locally(to_client)
+            else:
+                response = await self._forward(exchange, upstream, to_client)
+            core.answer_delivered(exchange.request_id)  # an answer a fault held back is out now
+            return response
         except asyncio.CancelledError:
             core.end(exchange.request_id, "cancelled")  # the client went away: nothing more to tell it
             raise
