@@ -169,7 +169,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy import http, summary
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
-    from mcpfault.proxy.http_stdio import StdioBridge
+    from mcpfault.proxy.http_stdio_eras import EraRouter
     from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
@@ -183,7 +183,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
+    upstream: Any = EraRouter(command) if command else http.parse_upstream(args.upstream)
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
