@@ -10,8 +10,7 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip install . && rm -rf /root/.cache
 
-# Bundled fault profiles: `--profiles mixed` resolves names from ./profiles of the working directory.
-COPY profiles ./profiles
+# The bundled fault profiles ship inside the package: `--profiles mixed`, `--config mixed` work anywhere.
 COPY deploy/demo.sh /usr/local/bin/mcpfault-demo
 RUN chmod 0755 /usr/local/bin/mcpfault-demo && chown mcpfault:mcpfault /app
 

@@ -33,7 +33,7 @@ feed() {
     done
 }
 
-feed | mcpfault proxy --config profiles/mixed.toml --metrics-addr 0.0.0.0:9464 \
+feed | mcpfault proxy --config mixed --metrics-addr 0.0.0.0:9464 \
     --otlp-endpoint "$OTLP_ENDPOINT" --no-summary -- mcpfault mock-server >/dev/null &
 
 n=0

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.proxy.events import read_events
 from tests.otlp_support import OtlpReceiver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ class ProxyProcess:
         self.proc.send_signal(signum)
 
     def events(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.events_path)
+        return read_events(self.events_path)
 
     def stderr(self) -> str:
         self._stderr.flush()

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.proxy.events import read_events
 
 ROOT = Path(__file__).resolve().parent.parent
 SDK_SERVER = ROOT / "tests" / "interop_servers" / "sdk_server.py"
@@ -137,7 +137,7 @@ class HttpProxyProcess:
         raise RuntimeError(f"the proxy did not start: {self._stderr.decode(errors='replace')}")
 
     def events(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.events_file)
+        return read_events(self.events_file)
 
     def close(self) -> tuple[int, str]:
         code = stop(self.proc)

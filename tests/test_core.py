@@ -108,6 +108,7 @@ def test_latency_emits_a_delay() -> None:
     proxy, sink = core('[[faults]]\ntype = "latency"\ndelay_s = 0.75\n')
     proxy.from_client(call(1, "t"))
     [emit] = proxy.from_server(answer(1))
+    proxy.answer_delivered(emit.answers)
     assert emit.delay_s == 0.75 and sink.records[0]["delay_s"] == 0.75
 
 
@@ -116,3 +117,45 @@ def test_malformed_classified_as_malformed() -> None:
     proxy.from_client(call(1, "t"))
     proxy.from_server(answer(1))
     assert sink.records[0]["client_received"] == "malformed" and sink.records[0]["fault_mode"] == "wrong_id"
+
+
+def cancel(request_id: Any) -> bytes:
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    return json.dumps(note).encode() + b"\n"
+
+
+def test_a_delayed_answer_is_recorded_when_the_client_gets_it() -> None:
+    clock = [0.0]
+    proxy, sink = core('[[faults]]\ntype = "latency"\ndelay_s = 5.0\n', clock)
+    proxy.from_client(call(1, "echo"))
+    clock[0] = 0.014  # the server answers fast
+    [held] = proxy.from_server(answer(1, ok=True))
+    assert held.delay_s == 5.0 and held.answers == 1
+    assert sink.records == []  # the client has nothing yet
+    clock[0] = 5.014
+    proxy.answer_delivered(held.answers)  # what the transport says once the bytes are out
+    (event,) = sink.records
+    assert event["client_received"] == "response" and event["delay_s"] == 5.0
+    assert event["duration_s"] == 5.014  # what the client waited, the injected delay included
+
+
+def test_a_client_that_cancels_during_the_delay_is_recorded_as_cancelled() -> None:
+    clock = [0.0]
+    proxy, sink = core('[[faults]]\ntype = "latency"\ndelay_s = 5.0\n', clock)
+    proxy.from_client(call(1, "echo"))
+    [held] = proxy.from_server(answer(1, ok=True))
+    clock[0] = 2.0
+    proxy.from_client(cancel(1))
+    (event,) = sink.records
+    assert event["client_received"] == "cancelled" and event["duration_s"] == 2.0
+    assert +proxy.stats.received == {"cancelled": 1}
+    proxy.answer_delivered(held.answers)  # the late bytes still go out; the record stays as written
+    assert len(sink.records) == 1
+
+
+def test_a_client_that_leaves_during_the_delay_over_http_is_recorded_as_cancelled() -> None:
+    proxy, sink = core('[[faults]]\ntype = "latency"\ndelay_s = 5.0\n')
+    proxy.from_client(call(7, "echo"))
+    proxy.from_server(answer(7, ok=True))
+    assert proxy.end(7, "cancelled") is True  # the HTTP transport, when the client's connection closes
+    assert [e["client_received"] for e in sink.records] == ["cancelled"]

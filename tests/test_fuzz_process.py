@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy.events import read_events
 from tests.conftest import ProxyProcess, write_profile
 
 pytestmark = pytest.mark.slow
@@ -297,7 +298,7 @@ def test_the_real_proxy_keeps_its_invariants_under_fuzzing(
         check_server_to_client(client, (directory / "server-sent.bin").read_bytes(), output, session["tail"])
 
         requests = [b for line in client if (b := body_of(line))]
-        events = read_jsonl(proxy.events_path)
+        events = read_events(proxy.events_path)
         assert len(events) == len(requests)
         assert sorted(e["rule"] or "" for e in events) == sorted(
             {"fail_a": "boom", "slow_a": "slow"}.get(tool_of(b), "") for b in requests

@@ -394,5 +394,13 @@ def test_shards_merge_to_the_unsharded_outcome_counts(tmp_path):
         "report", "--merge", str(tmp_path / "shard-0"), str(tmp_path / "shard-0"), "--out", str(tmp_path / "x")
     )
     assert overlap.returncode == 2 and "overlap" in overlap.stderr
+    two_of_three = [str(tmp_path / "shard-0"), str(tmp_path / "shard-2")]
+    partial = cli("report", "--merge", *two_of_three, "--out", str(tmp_path / "p"))
+    assert (
+        partial.returncode == 2 and "shard(s) 1/3 are missing" in partial.stderr and "--allow-partial" in partial.stderr
+    )
+    allowed = cli("report", "--merge", *two_of_three, "--allow-partial", "--out", str(tmp_path / "p"))
+    assert allowed.returncode == 0 and "INCOMPLETE" in allowed.stderr
+    assert "INCOMPLETE: shard(s) 1/3 missing" in (tmp_path / "p" / "report.md").read_text()
     bad = cli("bench", *common, "--shard", "3/3")
     assert bad.returncode == 2 and "need 0 <= INDEX < COUNT" in bad.stderr

@@ -61,6 +61,9 @@ async def test_everything_over_http_through_the_proxy(everything: str, tmp_path:
                 # Simulated logging: log notifications come on the server's own GET stream, relayed.
                 tour = await everything_tour(client, "over http", logs, log_timeout=10)
         events = proxy.events()
+        _, stderr = proxy.close()
+    # server-everything primes every stream with an event of an id and empty data: framing, not a message.
+    assert "unparsable" not in stderr and "size_bytes" not in stderr, stderr
     assert {"echo", "trigger-long-running-operation", "trigger-sampling-request"} <= {t.name for t in tour.tools}
     assert tour.echo.content[0].text == "Echo: over http"  # type: ignore[union-attr]
     assert tour.long_op.content[0].text.startswith("Long running operation completed")  # type: ignore[union-attr]

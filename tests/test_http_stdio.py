@@ -102,6 +102,8 @@ async def test_faults_act_in_front_of_a_stdio_server(bridge: BridgeProcess) -> N
 def test_server_exit_mid_request_answers_and_the_proxy_exits_with_its_status(tmp_path: Path) -> None:
     proxy = BridgeProcess(tmp_path)
     try:
+        warm, warm_headers = modern_call(3, "echo", {"text": "booted"})  # the timing below is not a cold start
+        assert httpx2.post(proxy.url, json=warm, headers=warm_headers, timeout=30).status_code == 200
         body, headers = modern_call(4, "crash", {"code": 3})
         started = time.monotonic()
         answer = httpx2.post(proxy.url, json=body, headers=headers, timeout=10)
@@ -161,3 +163,18 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert f"--listen 127.0.0.1:{port}: cannot listen" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.anyio
+async def test_clients_of_both_eras_share_one_listen(bridge: BridgeProcess) -> None:
+    # One stdio server would stick to its first client's era: a 2025-11-25 client after a 2026-07-28 one
+    # was refused, and an auto client after a legacy one was downgraded.
+    order = ("auto", "legacy", "auto", "legacy")
+    with anyio.fail_after(60):
+        for mode in order:
+            async with Client(bridge.url, mode=mode, read_timeout_seconds=10) as client:
+                echoed = await client.call_tool("echo", {"text": mode})
+            assert echoed.content[0].text == mode  # type: ignore[union-attr]
+    calls = [e for e in bridge.events() if e["method"] == "tools/call"]
+    expected = {"auto": ("modern", "2026-07-28"), "legacy": ("legacy", "2025-11-25")}
+    assert [(e["era"], e["protocol_version"]) for e in calls] == [expected[m] for m in order]

@@ -30,7 +30,7 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.proxy.events import read_events
 from tests.conftest import write_profile
 from tests.sdk_support import LogRecorder, Progress, SamplingModel, everything_tour
 
@@ -80,10 +80,6 @@ async def connect(
     with open(stderr or os.devnull, "w", encoding="utf-8") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode=mode, read_timeout_seconds=10, **kwargs) as client:
             yield client
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    return read_jsonl(path)
 
 
 def tool_calls(events: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpfault.analysis.summary import PROFILE_ORDER
-from mcpfault.errors import ProfileError
+from mcpfault.errors import ProfileError, UsageError
 from mcpfault.faults import profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ type = "schema_drift"
         "p.toml: faults[1] ('p').after: -1 is negative",
         "p.toml: faults[1] ('p').limit: got 2.5; expected a whole number",
         "p.toml: faults[1] ('p').delay_s: got string 'slow'; expected a number",
-        "p.toml: faults[1] ('p').jitter: unknown key for type 'latency'; its keys are: delay_s, jitter_s",
+        "p.toml: faults[1] ('p').jitter: unknown key (did you mean 'jitter_s'?); type 'latency' takes: delay_s, jitter_s; every rule also takes: type, name, tools, probability",
         "p.toml: faults[2].modes: item 1: got string 'explode'; expected one of 'truncate'",
         "p.toml: faults[2].tools: bad glob 'get_[x': unbalanced [ ]",
         "p.toml: faults[2].tools: bad glob 'bad name'",
@@ -168,3 +168,50 @@ def test_random_documents_never_crash_validation(document: dict[str, Any]) -> No
                 rule = faults[problem.rule]
                 keys = set(rule) if isinstance(rule, dict) else set()
                 assert problem.field == "*" or problem.field.split(".")[0] in keys | {"type"}, text
+
+
+def test_misspelt_rule_key_names_the_rule_keys_and_the_closest() -> None:
+    (line,) = problems('[[faults]]\ntype = "error"\nprobablity = 0.5\n')
+    assert "unknown key (did you mean 'probability'?)" in line
+    assert "every rule also takes: type, name, tools, probability, after, limit" in line
+
+
+def test_singular_fault_table_is_pointed_at_faults() -> None:
+    (line,) = problems('[[fault]]\ntype = "error"\n')
+    assert line.startswith("p.toml: fault: unknown top-level key (did you mean 'faults'?)")
+    assert "rules go under [[faults]]" in line
+
+
+def test_missing_relative_path_shows_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProfileError, match=f"relative to the working directory {tmp_path}"):
+        profile.load("missing.toml")
+    with pytest.raises(UsageError, match=f"relative to the working directory {tmp_path}"):
+        profile.resolve("missing.toml")
+
+
+def test_bundled_names_resolve_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no profiles/ here: names come from the package
+    assert profile.resolve("error") == profile.BUNDLED_DIR / "error.toml"
+    with pytest.raises(UsageError, match="unknown profile 'mixd' \\(did you mean 'mixed'\\?\\)"):
+        profile.resolve("mixd")
+
+
+def test_profiles_command_lists_every_bundled_profile_with_a_line() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "profiles"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert [line.split()[0] for line in listed] == sorted(profile.bundled())
+    assert all(len(line.split(None, 1)) == 2 for line in listed), listed  # every one has a description
+    assert any(line.startswith("error ") and "Loud failures" in line for line in listed)
+
+
+def test_proxy_and_validate_take_a_bundled_name(tmp_path: Path) -> None:
+    checked = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "validate", "error", "mixed"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert checked.returncode == 0 and checked.stdout.count(": ok") == 2, checked.stderr

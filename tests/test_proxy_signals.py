@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from mcpfault.proxy.events import read_events
 from tests.conftest import PROFILES, ProxyProcess, call, request
 
 pytestmark = pytest.mark.slow
@@ -81,7 +82,7 @@ def start_with_requests_in_flight(proxy: ProxyProcess) -> int:
 
 def check_flushed(proxy: ProxyProcess, spans_path: Path, status: int) -> None:
     total = 1 + COMPLETED + IN_FLIGHT
-    events = read_jsonl(proxy.events_path)
+    events = read_events(proxy.events_path)
     assert len(events) == total
     by_id = {e["request_id"]: e for e in events}
     assert sorted(by_id) == list(range(total))
@@ -154,7 +155,7 @@ def test_sigterm_to_an_idle_proxy_exits_with_the_servers_status(tmp_path: Path) 
         assert proxy.read_until_eof(timeout=5) == b""
         assert proxy.wait(timeout=10) == 143
         assert gone(pid)
-        assert [e["request_id"] for e in read_jsonl(proxy.events_path)] == [0]
+        assert [e["request_id"] for e in read_events(proxy.events_path)] == [0]
         assert len(read_spans(spans_path)) == 1
         assert os.path.getsize(spans_path) > 0
     finally:

@@ -310,3 +310,41 @@ def test_a_client_that_stops_reading_gets_backpressure_not_buffering(proxy_facto
     writer.join(10)
     proxy.close_stdin()
     assert proxy.wait() == 0
+
+
+def test_events_record_what_the_client_got_and_when(proxy_factory, tmp_path):
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "latency"\ndelay_s = 0.6\ntools = ["echo"]\n')
+    proxy = proxy_factory(profile)
+    proxy.send(call(1, "echo", text="slow"))
+    assert proxy.read_json()["id"] == 1
+    proxy.send(call(2, "echo", text="given up"))
+    time.sleep(0.2)
+    proxy.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n')
+    time.sleep(0.1)
+    events = {e["request_id"]: e for e in proxy.events()}
+    assert events[2]["client_received"] == "cancelled"  # written when the client gave up, not later
+    assert 0.15 <= events[2]["duration_s"] < 0.6
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    events = {e["request_id"]: e for e in proxy.events()}
+    assert events[1]["client_received"] == "response" and events[1]["delay_s"] == 0.6
+    assert events[1]["duration_s"] >= 0.6  # the injected delay is part of what the client waited
+    assert events[2]["client_received"] == "cancelled"
+
+
+def test_events_are_appended_with_a_line_per_start(proxy_factory, tmp_path):
+    from mcpfault.protocol.jsonlines import read_jsonl
+
+    events_file = None
+    for _ in range(2):
+        proxy = proxy_factory(PROFILES / "error.toml", events=False, extra=("--events", str(tmp_path / "ev.jsonl")))
+        proxy.send(call(1, "echo", text="x"))
+        proxy.read_json()
+        proxy.close_stdin()
+        assert proxy.wait() == 0
+        events_file = tmp_path / "ev.jsonl"
+    assert events_file is not None
+    rows = read_jsonl(events_file)
+    starts = [r for r in rows if r.get("event") == "proxy_started"]
+    assert len(starts) == 2 and all(s["profile"] == "error" and s["transport"] == "stdio" for s in starts)
+    assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call"] * 2

@@ -25,6 +25,7 @@ from mcpfault.harness.agents.tasks import TaskSpec, plan_tasks
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.proxy.events import read_events
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanEvent, SpanView
@@ -58,7 +59,7 @@ def from_files(out: Path) -> tuple[dict[int, TaskTrace], dict[int, Touch], dict[
     """Everything again from what the session left on disk: its task trees, the request-id join, its records."""
     tasks = traces.task_traces(traces.read_session_spans(out))
     by_request = touches_by_task(
-        read_jsonl(out / "attempts.jsonl"), faults_by_request(read_jsonl(out / "events.jsonl"))
+        read_jsonl(out / "attempts.jsonl"), faults_by_request(read_events(out / "events.jsonl"))
     )
     records = {r.task_index: r for r in read_records_of(out)}
     return tasks, by_request, records

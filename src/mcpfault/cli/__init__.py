@@ -8,6 +8,8 @@ the server's own status (128+N when a signal N ended it).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()  # inside the try: a reader that left (`| head`) shows up here, not at exit
+    except BrokenPipeError:
+        return _reader_left()
     except UsageError as exc:
         print(f"mcpfault {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -37,6 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _reader_left() -> int:
+    """stdout's reader went away (``mcpfault faults | head -1``): stop quietly, as CLI tools do, with the
+    status of a process ended by SIGPIPE. stdout goes to /dev/null so the interpreter's last flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -66,12 +66,23 @@ def add_parsers(commands: Any) -> None:
     )
     report.add_argument("--merge", nargs="+", type=Path, required=True, metavar="DIR", help="bench output directories")
     report.add_argument("--out", type=Path, help="output directory (default runs/<time>-merged)")
+    report.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="merge even when some shards of the I/N set are missing (the report is marked incomplete)",
+    )
     report.set_defaults(handler=_report)
 
 
 def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
     parser.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
-    parser.add_argument("--seed", type=int, default=0, help="world, task and fault seed (default 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the world, the task plan and the faults (derived from it and the profile's seed; the "
+        "summary shows the one used) (default 0)",
+    )
     parser.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
     parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
     parser.add_argument(
@@ -204,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
     from mcpfault.harness.agents.policies import check_agent_name
     from mcpfault.harness.agents.tasks import plan_tasks
-    from mcpfault.harness.bench import resolve_profile
+    from mcpfault.harness.bench import fault_seed, resolve_profile
     from mcpfault.harness.report import print_model_usage, print_outcomes
     from mcpfault.harness.session import SessionPlan, run_session
     from mcpfault.mock.world import World
@@ -233,6 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         tasks=tuple(plan_tasks(world, args.tasks, args.seed, workflows=_workflows(args.workflows))),
         out_dir=out,
         world_seed=args.seed,
+        proxy_seed=fault_seed(loaded.seed, args.seed),
         deadline_s=args.deadline,
         era=args.era,
         proxy_summary=True,
@@ -427,8 +439,12 @@ def _report(args: argparse.Namespace) -> int:
     from mcpfault.harness.bench import merge_results
     from mcpfault.harness.report import ReportMeta, print_summary, write_report
 
-    merged = merge_results(args.merge)
+    merged = merge_results(args.merge, allow_partial=args.allow_partial)
     out = _output_dir(args.out, "merged")
+    incomplete = ""
+    if merged.missing:
+        incomplete = f"INCOMPLETE: shard(s) {', '.join(merged.missing)} missing (--allow-partial); "
+        print(f"mcpfault report: {incomplete}the counts cover part of the matrix only", file=sys.stderr)
     write_records(out / "records.jsonl", merged.records)
     meta = ReportMeta(
         command=shlex.join(["mcpfault", *sys.argv[1:]]),
@@ -437,7 +453,8 @@ def _report(args: argparse.Namespace) -> int:
         wall_s=merged.wall_s,
         jobs=merged.jobs,
         started_at=merged.started_at,
-        machine=f"{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        machine=f"{incomplete}{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}",
     )
     report = write_report(merged.records, out, meta)
     print_summary(merged.records, _console())

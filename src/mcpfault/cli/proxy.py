@@ -25,13 +25,25 @@ def add_parser(commands: Any) -> None:
         "crosses byte for byte. Exits with the server's exit status (0 after SIGINT/SIGTERM in front\n"
         "of --upstream).",
         epilog="examples:\n"
-        "  mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        "  mcpfault proxy --config mixed --events events.jsonl -- mcpfault mock-server\n"
+        "  mcpfault proxy --config my-profile.toml -- uvx mcp-server-time\n"
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
-    proxy.add_argument("--events", type=Path, metavar="FILE.jsonl", help="write one JSON line per request")
+    proxy.add_argument(
+        "--config",
+        "-c",
+        required=True,
+        metavar="PROFILE",
+        help="fault profile: a .toml path or a bundled name (see 'mcpfault profiles')",
+    )
+    proxy.add_argument(
+        "--events",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="append one JSON line per request (after a proxy_started line marking this launch)",
+    )
     proxy.add_argument("--seed", type=int, help="use this seed instead of the profile's")
     proxy.add_argument(
         "--shutdown-timeout",
@@ -104,7 +116,7 @@ def _proxy(args: argparse.Namespace) -> int:
     engine = Engine(loaded)
     for rule in rules_not_carried(loaded, "stdio"):
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
-    events = _proxy_events(args)
+    events = _proxy_events(args, loaded, "stdio")
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
@@ -120,18 +132,21 @@ def _proxy(args: argparse.Namespace) -> int:
 def _proxy_profile(args: argparse.Namespace) -> Any:
     from mcpfault.faults import profile
 
-    loaded = profile.load(args.config)
+    loaded = profile.load(profile.resolve(args.config))
     return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
 
 
-def _proxy_events(args: argparse.Namespace) -> Any:
-    """The --events sink, or None; a clear error when the file cannot be written."""
+def _proxy_events(args: argparse.Namespace, loaded: Any, transport: str) -> Any:
+    """The --events sink (appended to, after a line marking this start), or None; a clear error when the
+    file cannot be written."""
+    from mcpfault import __version__
     from mcpfault.proxy.events import JsonlEventSink
 
     if args.events is None:
         return None
+    start = {"profile": loaded.name, "seed": loaded.seed, "transport": transport, "mcpfault_version": __version__}
     try:
-        return JsonlEventSink(args.events)
+        return JsonlEventSink(args.events, start=start)
     except OSError as exc:
         raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
 
@@ -155,7 +170,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy import http, summary
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
-    from mcpfault.proxy.http_stdio import StdioBridge
+    from mcpfault.proxy.http_stdio_eras import EraRouter
     from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
@@ -169,7 +184,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
+    upstream: Any = EraRouter(command) if command else http.parse_upstream(args.upstream)
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -182,7 +197,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         f"set MCPFAULT_PROXY_TOKEN and have clients send it in the {http.TOKEN_HEADER} header",
     )
     loaded = _proxy_profile(args)
-    events = _proxy_events(args)
+    events = _proxy_events(args, loaded, "http")
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
         spans=args.spans,

@@ -19,8 +19,18 @@ def add_checks(commands: Any) -> None:
         description="Check each profile and report every problem at once: file, rule, field and what is "
         "allowed. Exit 1 when any profile has a problem.",
     )
-    validate.add_argument("profiles", nargs="+", type=Path, metavar="PROFILE.toml")
+    validate.add_argument("profiles", nargs="+", metavar="PROFILE", help="a .toml path or a bundled profile's name")
     validate.set_defaults(handler=_validate)
+
+    listing = commands.add_parser(
+        "profiles",
+        help="list the bundled fault profiles, one line each",
+        description="List the profiles that ship with mcpfault. Give a name wherever a profile is asked for "
+        "(proxy --config NAME, run --profile NAME, bench --profiles A,B); --path prints where each file is, "
+        "to copy one as a starting point.",
+    )
+    listing.add_argument("--path", action="store_true", help="also print each profile's file")
+    listing.set_defaults(handler=_profiles)
 
     faults = commands.add_parser("faults", help="list the fault types and their settings")
     faults.set_defaults(handler=_faults)
@@ -63,7 +73,13 @@ def _validate(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
 
     failed = 0
-    for path in args.profiles:
+    for given in args.profiles:
+        try:
+            path = profile.resolve(given)
+        except UsageError as exc:
+            failed += 1
+            print(f"{given}: {exc}", file=sys.stderr)
+            continue
         try:
             loaded = profile.load(path)
         except ProfileError as exc:
@@ -75,6 +91,16 @@ def _validate(args: argparse.Namespace) -> int:
     if failed:
         print(f"{failed} of {len(args.profiles)} profile(s) have problems", file=sys.stderr)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    from mcpfault.faults import profile
+
+    found = profile.bundled()
+    width = max((len(name) for name in found), default=0)
+    for name, path in found.items():
+        print(f"{name:<{width}}  {profile.first_line(path)}" + (f"  [{path}]" if args.path else ""))
+    return EXIT_OK
 
 
 def _faults(_args: argparse.Namespace) -> int:

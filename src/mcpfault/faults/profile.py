@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -16,13 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcpfault.errors import Problem, ProfileError
+from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit")
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
+# The profiles that ship inside the package (package data), usable by name: ``--config error``.
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !
 _GLOB_CHARS = re.compile(r"^[A-Za-z0-9_.\-/*?\[\]!]+$")
 
@@ -49,13 +52,59 @@ class Profile:
     description: str = ""
 
 
+def bundled() -> dict[str, Path]:
+    """The bundled profiles by name, sorted."""
+    return {path.stem: path for path in sorted(BUNDLED_DIR.glob("*.toml"))}
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A profile file by path, or a bundled profile by name; a UsageError that says what exists otherwise."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.is_file():
+        return path
+    names = bundled()
+    looks_like_path = path.suffix == ".toml" or os.sep in text or (os.altsep is not None and os.altsep in text)
+    if not looks_like_path and text in names:
+        return names[text]
+    known = ", ".join(names) or "none bundled"
+    if looks_like_path:
+        raise UsageError(f"profile file {_where(path)} does not exist; give a path to a .toml file or one of: {known}")
+    hint = settings.did_you_mean(text, names)
+    raise UsageError(f"unknown profile {text!r}{hint}; give a .toml path or one of: {known}")
+
+
+def first_line(path: Path) -> str:
+    """A profile's one-line description: its ``description``, else its first comment line."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        description = tomllib.loads(text).get("description")
+    except tomllib.TOMLDecodeError:
+        description = None
+    if isinstance(description, str) and description.strip():
+        return description.strip().splitlines()[0]
+    for line in text.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+        if line.strip():
+            break
+    return ""
+
+
+def _where(path: Path) -> str:
+    """A path as the user gave it, with the working directory when it is relative (a client's cwd may be /)."""
+    return str(path) if path.is_absolute() else f"{path} (relative to the working directory {Path.cwd()})"
+
+
 def load(path: str | Path, catalog: Catalog = CATALOG) -> Profile:
     """Read and validate a profile file; raise ProfileError listing every problem."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ProfileError([Problem(str(path), None, "file", "does not exist; check the path")]) from None
+        raise ProfileError(
+            [Problem(str(path), None, "file", f"{_where(path)} does not exist; check the path")]
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError([Problem(str(path), None, "file", f"cannot be read: {exc}")]) from None
     return loads(text, source=str(path), catalog=catalog)
@@ -77,7 +126,9 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
 
     for key in document:
         if key not in TOP_LEVEL_KEYS:
-            top(key, f"unknown top-level key; allowed: {', '.join(TOP_LEVEL_KEYS)}")
+            hint = settings.did_you_mean(key, TOP_LEVEL_KEYS)
+            where_rules_go = "; rules go under [[faults]]" if "'faults'" in hint else ""
+            top(key, f"unknown top-level key{hint}; allowed: {', '.join(TOP_LEVEL_KEYS)}{where_rules_go}")
     name = document.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         top("name", f"got {name!r}; expected a non-empty string")
@@ -150,7 +201,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     fault = None
     if fault_type is not None:
         own = {k: v for k, v in raw.items() if k not in GENERIC_KEYS}
-        fault = settings.decode(fault_type, own, report)
+        fault = settings.decode(fault_type, own, report, rule_keys=GENERIC_KEYS)
     if len(problems) > count or fault is None:
         return None
     return Rule(

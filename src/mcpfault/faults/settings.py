@@ -7,9 +7,10 @@ names carry their units (``delay_s``), so a profile reads without a manual.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, get_args, get_origin
 
 Report = Callable[[str, str], None]  # (field, message)
@@ -20,16 +21,28 @@ def bounded(default: Any, *, min: float | None = None, max: float | None = None)
     return dataclasses.field(default=default, metadata={"min": min, "max": max})
 
 
-def decode(cls: type[Any], table: Mapping[str, Any], report: Report) -> Any | None:
-    """Build ``cls`` from ``table``; unknown keys and bad values are reported, never raised."""
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def decode(cls: type[Any], table: Mapping[str, Any], report: Report, *, rule_keys: Iterable[str] = ()) -> Any | None:
+    """Build ``cls`` from ``table``; unknown keys and bad values are reported, never raised.
+
+    ``rule_keys`` are the keys every rule takes besides the type's own, named in the message for an
+    unknown key so a misspelt ``probablity`` is not read as "probability is not allowed here"."""
+    rule_keys = tuple(rule_keys)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     values: dict[str, Any] = {}
     ok = True
     for key, raw in table.items():
         if key not in fields:
-            allowed = ", ".join(sorted(fields)) or "none"
-            report(key, f"unknown key for type {cls.type_name!r}; its keys are: {allowed}")
+            own = ", ".join(sorted(fields)) or "none"
+            hint = did_you_mean(key, [*fields, *rule_keys])
+            every = f"; every rule also takes: {', '.join(rule_keys)}" if rule_keys else ""
+            report(key, f"unknown key{hint}; type {cls.type_name!r} takes: {own}{every}")
             ok = False
             continue
         field = fields[key]

@@ -83,26 +83,15 @@ class BenchResult:
         }
 
 
-def profiles_dir() -> Path:
-    """``profiles/`` of the working directory, else the one of the source tree we run from."""
-    here = Path("profiles")
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[3] / "profiles"
-
-
 def resolve_profile(name_or_path: str) -> Path:
-    """A profile by path, or by name from ``profiles/``; a clear error otherwise."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise UsageError(f"profile file {path} does not exist")
-        return path
-    candidate = profiles_dir() / f"{name_or_path}.toml"
-    if candidate.is_file():
-        return candidate
-    known = ", ".join(sorted(p.stem for p in profiles_dir().glob("*.toml"))) or "none found"
-    raise UsageError(f"unknown profile {name_or_path!r}; give a .toml path or one of: {known}")
+    """A profile by path, or by name from the bundled profiles; a clear error otherwise."""
+    return profiles.resolve(name_or_path)
+
+
+def fault_seed(profile_seed: int, seed: int, session: int = 0) -> int:
+    """The proxy's seed for one session: each session of a cell draws its own faults, the same for every
+    agent, and ``--seed`` reseeds them (``run --seed S`` meets the faults of bench's first session)."""
+    return profile_seed * 1_000_003 + seed * 1009 + session
 
 
 def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
@@ -125,8 +114,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                         tasks=tuple(chunk),
                         out_dir=config.out_dir / "sessions" / loaded.name / agent / f"s{session:03d}",
                         world_seed=config.seed,
-                        # Each session of a cell draws its own faults; the same for every agent.
-                        proxy_seed=loaded.seed * 1_000_003 + config.seed * 1009 + session,
+                        proxy_seed=fault_seed(loaded.seed, config.seed, session),
                         session=session,
                         deadline_s=config.deadline_s,
                         traces=config.traces,
@@ -212,10 +200,12 @@ class MergedResults:
     wall_s: float  # the slowest shard's
     jobs: int  # summed over shards
     started_at: str  # the earliest shard's
+    missing: tuple[str, ...] = ()  # shards (I/N) not given: only with allow_partial
 
 
-def merge_results(directories: Sequence[Path]) -> MergedResults:
-    """The records of bench shards as one matrix; refuses overlapping shards and mixed seeds."""
+def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -> MergedResults:
+    """The records of bench shards as one matrix; refuses overlapping shards, mixed seeds and, unless
+    ``allow_partial``, an incomplete set of shards (a Kubernetes Indexed Job that lost a pod)."""
     records: list[TaskRecord] = []
     metas: list[dict[str, Any]] = []
     for directory in directories:
@@ -239,6 +229,12 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
         raise UsageError(f"the directories come from different seeds ({sorted(seeds)}): not shards of one matrix")
     if not records:
         raise UsageError("no task records in the directories given")
+    missing = _missing_shards(directories, metas)
+    if missing and not allow_partial:
+        raise UsageError(
+            f"shard(s) {', '.join(missing)} are missing: the merged report would cover part of the matrix; "
+            "give every shard's directory, or pass --allow-partial to merge anyway (the report says it is incomplete)"
+        )
     cells = Counter((r.profile, r.agent) for r in records)
     return MergedResults(
         records=records,
@@ -247,4 +243,22 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
         wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
         jobs=sum(int(m.get("jobs", 0)) for m in metas),
         started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+        missing=tuple(missing),
     )
+
+
+def _missing_shards(directories: Sequence[Path], metas: Sequence[dict[str, Any]]) -> list[str]:
+    """The shards I/N of the set the directories belong to that none of them holds."""
+    given: dict[int, set[int]] = {}
+    for directory, meta in zip(directories, metas, strict=True):
+        shard = meta.get("shard")
+        if not shard:
+            continue
+        try:
+            index, count = parse_shard(str(shard))
+        except UsageError:
+            raise UsageError(f"{directory / 'bench.json'}: shard {shard!r} is not I/N") from None
+        given.setdefault(count, set()).add(index)
+    if len(given) > 1:
+        raise UsageError(f"the directories come from different shard counts ({sorted(given)}): not one matrix")
+    return [f"{i}/{count}" for count, indices in given.items() for i in range(count) if i not in indices]

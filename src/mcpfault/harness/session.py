@@ -48,6 +48,7 @@ from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.proxy.events import read_events
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
@@ -289,7 +290,7 @@ async def _run_tasks(
                 f"session {plan.session} of {plan.profile_name}/{plan.agent}: the trace join and the proxy's "
                 f"events disagree ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
             )
-    result.latencies = latency_pairs(attempts, _read_jsonl(plan.out_dir / "events.jsonl"))
+    result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
 
 
 async def _make_agent(
@@ -364,7 +365,7 @@ def judge_session(
     spans: traces.SessionSpans | None = None,
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
-    events = _read_jsonl(plan.out_dir / "events.jsonl")
+    events = read_events(plan.out_dir / "events.jsonl")
     state_path = plan.out_dir / "server-state.json"
     try:
         state = json.loads(state_path.read_text())

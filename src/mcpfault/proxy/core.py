@@ -51,6 +51,9 @@ class Emit(NamedTuple):
     data: bytes
     delay_s: float = 0.0
     http: HttpAction | None = None  # a failure of the HTTP exchange this belongs to (HTTP transports)
+    # For an answer held back (``delay_s`` > 0): the client's request id, which the transport hands to
+    # ``ProxyCore.answer_delivered`` once the bytes are out, so the event says when the client got them.
+    answers: Any = None
 
 
 class InFlight(NamedTuple):
@@ -134,6 +137,8 @@ class ProxyCore:
         self._server_requests: dict[tuple[bool, object], InFlight] = {}  # observed only, bounded by the peer
         self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
+        # Events of answers a fault holds back, written when the client gets them (or cancels first).
+        self._held_events: dict[tuple[bool, object], _HeldEvent] = {}
 
     # -- client to server ---------------------------------------------------------------------
 
@@ -188,7 +193,7 @@ class ProxyCore:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
             self._record(pending, delivery, upstream_contacted=False)
             if delivery.data is not None:
-                emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s))
+                emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s, answers=_held_id(call, delivery)))
             return emits
         upstream_body = decision.upstream_request
         if self._propagate:
@@ -258,6 +263,8 @@ class ProxyCore:
         pending = self._untrack(jsonrpc.id_key(request_id))
         if pending is not None:
             self._record(pending, Delivery(None), upstream_contacted=True, received="cancelled")
+        else:
+            self._release_held(request_id, cancelled=True)  # cancelled while a fault held its answer back
 
     # -- server to client ---------------------------------------------------------------------
 
@@ -300,7 +307,7 @@ class ProxyCore:
         self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
         if delivery.data is None:
             return []  # lost on purpose: the client learns nothing, as with a real lost response
-        return [Emit(To.CLIENT, delivery.data, delivery.delay_s)]
+        return [Emit(To.CLIENT, delivery.data, delivery.delay_s, answers=_held_id(call, delivery))]
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -353,7 +360,8 @@ class ProxyCore:
             return False
         pending = self._untrack(jsonrpc.id_key(request_id))
         if pending is None:
-            return False
+            # The answer may be on its way, held back by a fault: a client leaving now never gets it.
+            return received == "cancelled" and self._release_held(request_id, cancelled=True)
         arrived = self._clock() if self._observers and received in _ENDED_ON_ARRIVAL else None
         self._record(
             pending,
@@ -363,6 +371,27 @@ class ProxyCore:
             error_code=error_code,
             arrived=arrived,
         )
+        return True
+
+    def answer_delivered(self, request_id: Any) -> None:
+        """The transport wrote an answer a fault held back (``Emit.answers``): its event is written now,
+        with the time the client waited."""
+        self._release_held(request_id, cancelled=False)
+
+    def _release_held(self, request_id: Any, *, cancelled: bool) -> bool:
+        if not self._held_events or not jsonrpc.valid_id(request_id):
+            return False
+        held = self._held_events.pop(jsonrpc.id_key(request_id), None)
+        if held is None:
+            return False
+        record = held.record
+        if cancelled:
+            if held.faulted:
+                self.stats.received[record["client_received"]] -= 1
+                self.stats.received["cancelled"] += 1
+            record["client_received"] = "cancelled"
+            record.pop("error_code", None)
+        self._write_event(record, held.started)
         return True
 
     @property
@@ -421,7 +450,7 @@ class ProxyCore:
             return
         first = decision.applied[0] if decision.applied else None
         record: dict[str, Any] = {
-            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "time": "",  # set as the record is written
             "request_id": call.request_id,
             "method": call.method,
             "tool": call.target if call.method == "tools/call" else None,
@@ -431,7 +460,7 @@ class ProxyCore:
             "upstream_contacted": upstream_contacted,
             "upstream_request_modified": decision.upstream_request is not None,
             "client_received": received,
-            "duration_s": round(self._clock() - pending.started, 6),
+            "duration_s": 0.0,  # set as the record is written: the time until the client got its answer
             "era": self.era.era.value,
             "protocol_version": self.era.protocol_version,
         }
@@ -441,6 +470,20 @@ class ProxyCore:
             record["error_code"] = error_code
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
+        if delivery.delay_s > 0 and delivery.data is not None:
+            # The client gets this answer only after the delay: the event waits for it (or for a cancel).
+            key = jsonrpc.id_key(call.request_id)
+            earlier = self._held_events.pop(key, None)
+            if earlier is not None:  # a client reusing an id meanwhile: the older one is written as it stands
+                self._write_event(earlier.record, earlier.started)
+            self._held_events[key] = _HeldEvent(record, pending.started, bool(decision.applied))
+            return
+        self._write_event(record, pending.started)
+
+    def _write_event(self, record: dict[str, Any], started: float) -> None:
+        assert self._events is not None
+        record["time"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+        record["duration_s"] = round(self._clock() - started, 6)
         self._events.write(record)
 
     def _opaque(self, to: To, line: bytes, why: str) -> None:
@@ -454,6 +497,17 @@ class ProxyCore:
                 reason=why,
                 size_bytes=len(line),
             )
+
+
+class _HeldEvent(NamedTuple):
+    record: dict[str, Any]
+    started: float
+    faulted: bool  # counted in Stats.received
+
+
+def _held_id(call: Call, delivery: Delivery) -> Any:
+    """The id a held-back answer's Emit carries (None when it is not held back)."""
+    return call.request_id if delivery.delay_s > 0 else None
 
 
 def classify(data: bytes | None, request_id: Any, body: dict[str, Any] | None = None) -> tuple[str, int | None]:

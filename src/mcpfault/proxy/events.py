@@ -1,11 +1,23 @@
-"""Event records: one JSON line per request the engine saw, flushed as it is written."""
+"""Event records: one JSON line per request the engine saw, flushed as it is written.
+
+A file is appended to, never truncated: a client such as Claude Desktop relaunches its servers (and
+with them the proxy) often, and each launch's records stay. Each launch first writes one start line
+(``"event": "proxy_started"``, with the pid, profile, seed and transport), so the runs in one file can
+be told apart; ``read_events`` returns the request records only.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from mcpfault.protocol.jsonlines import read_jsonl
+
+START_EVENT = "proxy_started"
 
 
 class EventSink(Protocol):
@@ -17,10 +29,12 @@ class EventSink(Protocol):
 class JsonlEventSink:
     """Appends one line per record and flushes it: a killed proxy loses at most the line in progress."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, start: Mapping[str, Any] | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = path.open("w", encoding="utf-8")
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+        if start is not None:
+            self.write(start_record(start))
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n")
@@ -28,6 +42,21 @@ class JsonlEventSink:
 
     def close(self) -> None:
         self._file.close()
+
+
+def start_record(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The line that marks one launch of the proxy in an events file."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "event": START_EVENT,
+        "pid": os.getpid(),
+        **facts,
+    }
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The request records of an events file, every launch's, without the start lines."""
+    return [row for row in read_jsonl(path) if isinstance(row, dict) and "event" not in row]
 
 
 class MemoryEventSink:

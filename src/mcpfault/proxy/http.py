@@ -46,7 +46,7 @@ from mcpfault.proxy.http_exchange import (
     write_event,
 )
 from mcpfault.proxy.http_sessions import Sessions
-from mcpfault.proxy.http_stdio import StdioBridge
+from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
@@ -96,13 +96,13 @@ class HttpProxy:
     def __init__(
         self,
         sessions: Sessions,
-        upstream: URL | StdioBridge,
+        upstream: URL | EraRouter,
         *,
         limits: Limits | None = None,
         token: str | None = None,
     ) -> None:
         self._sessions = sessions
-        self._bridge = upstream if isinstance(upstream, StdioBridge) else None
+        self._bridge = upstream if isinstance(upstream, EraRouter) else None
         self._upstream = upstream if isinstance(upstream, URL) else URL("http://stdio/mcp")
         self._mcp_path = self._upstream.path or "/"
         self._limits = limits if limits is not None else Limits()
@@ -118,7 +118,7 @@ class HttpProxy:
         return str(self._upstream.with_query(None))
 
     @property
-    def bridge(self) -> StdioBridge | None:
+    def bridge(self) -> EraRouter | None:
         return self._bridge
 
     async def start(self, listen: ListenAddress) -> str:
@@ -206,8 +206,11 @@ class HttpProxy:
         exchange = Exchange(request, core, body, session_id, self._limits)
         try:
             if upstream is None:
-                return await exchange.answer_locally(to_client)
-            return await self._forward(exchange, upstream, to_client)
+                response = await exchange.answer_locally(to_client)
+            else:
+                response = await self._forward(exchange, upstream, to_client)
+            core.answer_delivered(exchange.request_id)  # an answer a fault held back is out now
+            return response
         except asyncio.CancelledError:
             core.end(exchange.request_id, "cancelled")  # the client went away: nothing more to tell it
             raise

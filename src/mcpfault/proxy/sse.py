@@ -16,7 +16,7 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 class Event(NamedTuple):
     raw: bytes  # the event's bytes, its closing blank line included
-    data: bytes | None  # the joined data lines; None when the event has none (a comment, a retry)
+    data: bytes | None  # the joined data lines; None when they are empty or absent (a priming id, a comment, a retry)
     event_id: bytes | None
     event_type: bytes | None
 
@@ -52,7 +52,10 @@ class EventSplitter:
                 continue
             raw = bytes(buffer[self._event_start : position])
             if self._has_data or self._event_id is not None or self._event_type is not None or raw.strip():
+                # An event whose data is empty dispatches nothing (WHATWG); servers send one with just an
+                # ``id`` to prime a stream for Last-Event-ID, and it is framing, not a message.
                 data = b"\n".join(self._data) if self._has_data else None
+                data = data or None
                 events.append(Event(raw, data, self._event_id, self._event_type))
             self._event_start = position
             self._data, self._has_data, self._event_id, self._event_type = [], False, None, None

@@ -169,6 +169,14 @@ class StdioProxy:
             finally:
                 self._delayed.pop(id(emit), None)
             await self._write([emit])
+            self._delivered([emit])
+
+    def _delivered(self, emits: list[Emit]) -> None:
+        """Held-back answers are out: their events say so now (what the client got, and when)."""
+        with self._core_lock:
+            for emit in emits:
+                if emit.answers is not None:
+                    self.core.answer_delivered(emit.answers)
 
     async def _write(self, emits: list[Emit]) -> None:
         """Write from the event loop without ever blocking it: a client that does not read stalls a thread."""
@@ -222,6 +230,7 @@ class StdioProxy:
         # Bounded: a client that stops reading cannot keep the proxy alive.
         with anyio.move_on_after(FLUSH_TO_CLIENT_S):
             await self._write(emits)
+        self._delivered([emit for emit, _ in held])
 
 
 async def run_stdio(

@@ -1,0 +1,109 @@
+"""One stdio server per protocol era behind one ``--listen`` (``mcpfault proxy --listen ... -- SERVER_COMMAND``).
+
+A stdio server speaks the era its first client chose: after a 2026-07-28 client it refuses the
+``initialize`` of a 2025-11-25 one, and after a 2025-11-25 client a client in ``auto`` mode is quietly
+downgraded. Over HTTP many clients of both eras share one endpoint, so each era gets its own server
+process, as if each were the only one. Both start before the proxy listens (a command that cannot
+start is refused there, and neither era's first request waits for a cold start). Messages carry their era:
+``_meta`` with a protocol version or ``server/discover`` is 2026-07-28, ``initialize`` and
+``notifications/initialized`` are 2025-11-25; what carries none (an answer to the server's own
+request, a plain notification) goes to the server of the latest request.
+
+The router has the interface of one ``StdioBridge`` (start, post, wait, stop, label), so the HTTP proxy
+sees one upstream; the proxy ends, with that server's status, when either server exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from mcpfault.errors import UpstreamError
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
+from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
+
+_LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
+
+
+class EraRouter:
+    def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
+        self._command = list(command)
+        self._kill_timeout_s = kill_timeout_s
+        self._bridges: dict[Era, StdioBridge] = {}
+        self._starting = asyncio.Lock()
+        self._watchers: list[asyncio.Task[None]] = []
+        self._exited: asyncio.Event | None = None
+        self._exit_code = 0
+        self._latest = Era.LEGACY
+        self.label = StdioBridge(self._command).label
+
+    @property
+    def started(self) -> tuple[Era, ...]:
+        """The eras whose server runs (or ran)."""
+        return tuple(self._bridges)
+
+    async def start(self) -> None:
+        """Start a server per era; a command that cannot start fails here (UpstreamError)."""
+        self._exited = asyncio.Event()
+        await self._bridge(Era.LEGACY)
+        await self._bridge(Era.MODERN)
+
+    async def post(self, data: bytes) -> BridgeAnswer:
+        message = jsonrpc.parse(data)
+        era = _era_of(message) or self._latest
+        bridge = await self._bridge(era)
+        if message.kind is MessageKind.REQUEST:
+            self._latest = era
+        return await bridge.post(data)
+
+    async def wait(self) -> int:
+        """Until one of the servers exits; its exit status."""
+        assert self._exited is not None
+        await self._exited.wait()
+        return self._exit_code
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(bridge.stop() for bridge in self._bridges.values()))
+        for watcher in self._watchers:
+            await watcher
+
+    async def _bridge(self, era: Era) -> StdioBridge:
+        bridge = self._bridges.get(era)
+        if bridge is not None:
+            return bridge
+        async with self._starting:
+            if era not in self._bridges:
+                bridge = StdioBridge(self._command, kill_timeout_s=self._kill_timeout_s)
+                try:
+                    await bridge.start()
+                except UpstreamError as exc:
+                    if not self._bridges:
+                        raise
+                    why = f"cannot start a second stdio server, for the {era.value} era: {exc}"
+                    raise ConnectionError(why) from None
+                self._bridges[era] = bridge
+                self._watchers.append(asyncio.create_task(self._watch(bridge)))
+        return self._bridges[era]
+
+    async def _watch(self, bridge: StdioBridge) -> None:
+        code = await bridge.wait()
+        assert self._exited is not None
+        if not self._exited.is_set():
+            self._exit_code = code
+            self._exited.set()
+
+
+def _era_of(message: jsonrpc.Message) -> Era | None:
+    """The era a message says it belongs to, or None when it does not say."""
+    if message.kind not in (MessageKind.REQUEST, MessageKind.NOTIFICATION):
+        return None
+    meta = message.params.get("_meta")
+    if isinstance(meta, dict) and META_PROTOCOL_VERSION in meta:
+        return Era.MODERN
+    if message.method == "server/discover":
+        return Era.MODERN
+    if message.method in _LEGACY_MARKS:
+        return Era.LEGACY
+    return None
