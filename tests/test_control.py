@@ -386,3 +386,24 @@ def test_rules_change_100_times_while_8_clients_call(tmp_path: Path) -> None:
     assert len([r for r in requests if r["rule"] == "boom"]) == len(errors) == state["faults_total"]
     assert 0 < len(errors) < total  # the changes really switched faults on and off under load
     assert state["requests_total"] == total and status_code == 200
+
+
+@pytest.mark.slow
+def test_a_windowed_rule_acts_only_inside_its_window_on_a_live_proxy(proxy_factory: Any, tmp_path: Path) -> None:
+    windowed = write_profile(tmp_path, '[[faults]]\nname = "w"\ntype = "error"\nstart_after_s = 3\nduration_s = 3\n')
+    launched = time.monotonic()
+    proxy = proxy_factory(windowed)
+    proxy.send(call(0, "echo", text="x"))
+    assert "error" not in proxy.read_json(timeout=20)
+    # The proxy's clock started between `launched` and now: a call at now + x is x to x + slack into it.
+    answered = time.monotonic()
+    slack = answered - launched
+    assert slack < 2.5, f"the proxy took {slack:.1f} s to answer its first call; the windows below assume less"
+    outcomes = []
+    for i, at in enumerate([0.2, 3.1, 3.4, 6.6], start=1):
+        time.sleep(max(0.0, at - (time.monotonic() - answered)))
+        proxy.send(call(i, "echo", text="x"))
+        outcomes.append("error" in proxy.read_json())
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    assert outcomes == [False, True, True, False]
