@@ -59,9 +59,15 @@ class ControlledHttpProxy:
     """`mcpfault proxy --listen 127.0.0.1:0 --control 127.0.0.1:0 -- SERVER`: ``url`` and ``control``."""
 
     def __init__(
-        self, profile: Path, tmp_path: Path, server: list[str], *extra: str, env: dict[str, str] | None = None
-    ):
-        self.events_file = tmp_path / "events.jsonl"
+        self,
+        profile: Path,
+        tmp_path: Path,
+        server: list[str],
+        *extra: str,
+        env: dict[str, str] | None = None,
+        upstream: str | None = None,
+    ) -> None:
+        self.events_file = tmp_path / f"events-{time.monotonic_ns()}.jsonl"
         command = [
             sys.executable,
             "-m",
@@ -76,8 +82,7 @@ class ControlledHttpProxy:
             "--events",
             str(self.events_file),
             *extra,
-            "--",
-            *server,
+            *(["--upstream", upstream] if upstream else ["--", *server]),
         ]
         self.proc = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}

@@ -407,3 +407,33 @@ def test_a_windowed_rule_acts_only_inside_its_window_on_a_live_proxy(proxy_facto
     proxy.close_stdin()
     assert proxy.wait() == 0
     assert outcomes == [False, True, True, False]
+
+
+@pytest.mark.slow
+def test_http_process_actions_where_the_proxy_owns_the_server_and_where_it_does_not(tmp_path: Path) -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.http_support import serve_in_thread, server_url
+
+    bridged = ControlledHttpProxy(PROFILES / "baseline.toml", tmp_path, [sys.executable, str(SCRIPTED_SERVER)])
+    try:
+        pid = api(bridged.control, "GET", "/status")[2]["server"]["pid"]
+        status, _, crashed = api(bridged.control, "POST", "/server/crash")
+        assert status == 200 and crashed["crashed"] == pid
+        assert bridged.proc.wait(15) == 128 + 9  # the proxy ends with the server it fronts, with its status
+    finally:
+        bridged.close()
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    with serve_in_thread(Quiet) as upstream:
+        relay = ControlledHttpProxy(PROFILES / "baseline.toml", tmp_path, [], upstream=server_url(upstream, "/mcp"))
+        try:
+            assert api(relay.control, "GET", "/status")[2]["server"] is None
+            for action in ("crash", "stall?duration_s=1", "restart"):
+                status, _, refused = api(relay.control, "POST", f"/server/{action}")
+                assert status == 409 and "does not own a server process" in refused["error"], refused
+        finally:
+            relay.close()
