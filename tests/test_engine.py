@@ -125,3 +125,49 @@ def test_different_seeds_give_different_faults() -> None:
     a = fingerprint(Engine(profile.Profile("m", 1, loaded.rules)), sequence)
     b = fingerprint(Engine(profile.Profile("m", 2, loaded.rules)), sequence)
     assert [x[0] for x in a] != [x[0] for x in b]
+
+
+def test_a_time_window_bounds_when_a_rule_is_in_force() -> None:
+    eng = engine('[[faults]]\nname = "w"\ntype = "error"\nstart_after_s = 30\nduration_s = 10\n')
+    at = [0.0, 29.99, 30.0, 35.0, 39.99, 40.0, 100.0]
+    got = [bool(eng.decide(call("t", i), elapsed_s=s).applied) for i, s in enumerate(at)]
+    assert got == [False, False, True, True, True, False, False]
+    # Outside its window the rule neither counts nor draws: `after` counts only calls inside it.
+    eng = engine('[[faults]]\nname = "w"\ntype = "error"\nstart_after_s = 5\nafter = 1\n')
+    assert [bool(eng.decide(call("t", i), elapsed_s=s).applied) for i, s in enumerate([1, 2, 6, 7])] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert eng.counters() == [("w", 2, 1)]
+
+
+def test_a_window_without_a_start_or_an_end() -> None:
+    ends = engine('[[faults]]\nname = "w"\ntype = "error"\nduration_s = 2\n')
+    assert [bool(ends.decide(call("t", i), elapsed_s=s).applied) for i, s in enumerate([0, 1.9, 2])] == [
+        True,
+        True,
+        False,
+    ]
+    starts = engine('[[faults]]\nname = "w"\ntype = "error"\nstart_after_s = 2\n')
+    assert [bool(starts.decide(call("t", i), elapsed_s=s).applied) for i, s in enumerate([0, 2, 1e6])] == [
+        False,
+        True,
+        True,
+    ]
+
+
+def test_window_keys_are_validated_with_the_other_generic_keys() -> None:
+    import pytest
+
+    from mcpfault.errors import ProfileError
+
+    text = '[[faults]]\ntype = "error"\nstart_after_s = -1\nduration_s = 0\n[[faults]]\ntype = "error"\nduration_s = "10s"\n'
+    with pytest.raises(ProfileError) as caught:
+        profile.loads(text, source="w.toml")
+    assert [str(p) for p in caught.value.problems] == [
+        "w.toml: faults[0].start_after_s: -1 is not a finite number of seconds >= 0",
+        "w.toml: faults[0].duration_s: 0 is not a finite number of seconds > 0",
+        "w.toml: faults[1].duration_s: got '10s'; expected seconds as a number > 0, e.g. 30 or 2.5",
+    ]

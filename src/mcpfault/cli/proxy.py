@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,12 @@ def add_parser(commands: Any) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
     )
+    proxy.add_argument(
+        "--control",
+        metavar="HOST:PORT",
+        help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
+        "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
+    )
     http = proxy.add_argument_group(
         "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
     )
@@ -99,6 +105,7 @@ def _proxy(args: argparse.Namespace) -> int:
     import anyio
 
     from mcpfault.faults.engine import Engine, rules_not_carried
+    from mcpfault.faults.live import LiveRules
     from mcpfault.proxy import summary
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.stdio import Lifecycle, run_stdio
@@ -113,7 +120,8 @@ def _proxy(args: argparse.Namespace) -> int:
     if args.shutdown_timeout < 0:
         raise UsageError(f"--shutdown-timeout {args.shutdown_timeout} is negative; give seconds >= 0")
     loaded = _proxy_profile(args)
-    engine = Engine(loaded)
+    live = LiveRules.of(loaded)
+    engine = Engine(loaded, live=live)
     for rule in rules_not_carried(loaded, "stdio"):
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
     events = _proxy_events(args, loaded, "stdio")
@@ -122,8 +130,20 @@ def _proxy(args: argparse.Namespace) -> int:
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
+    controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
+
+    async def relay() -> int:
+        def started(child: Any) -> None:
+            if controller is not None:
+                from mcpfault.control.server import ChildControl
+
+                controller.server = ChildControl(child)
+
+        lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
+        return await run_stdio(command, core, lifecycle, started=started)
+
     with _flushed_at_exit(events, telemetry):
-        status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
+        status = anyio.run(_with_control, args, controller, relay)
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr)
     return status
@@ -149,6 +169,47 @@ def _proxy_events(args: argparse.Namespace, loaded: Any, transport: str) -> Any:
         return JsonlEventSink(args.events, start=start)
     except OSError as exc:
         raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
+
+
+def _controller(args: argparse.Namespace, live: Any, *, transport: str, counters: Any, stats: Any, events: Any) -> Any:
+    """The controller behind ``--control``, or None; the address is checked before anything starts."""
+    if args.control is None:
+        return None
+    import os
+
+    from mcpfault.control.access import TOKEN_VARIABLE, Access
+    from mcpfault.control.controller import Controller
+    from mcpfault.telemetry.metrics import parse_metrics_addr
+
+    try:
+        host, port = parse_metrics_addr(args.control, "--control")
+        args.control_address = (host, port, os.environ.get(TOKEN_VARIABLE) or None)
+        Access.for_address(*args.control_address)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return Controller(live, transport=transport, counters=counters, stats=stats, events=events)
+
+
+async def _with_control(args: argparse.Namespace, controller: Any, body: Callable[[], Awaitable[int]]) -> int:
+    """Run ``body`` (the proxy) with the control API served beside it, in the same event loop."""
+    if controller is None:
+        return await body()
+    import anyio
+
+    from mcpfault.control.api import ControlServer
+
+    server = ControlServer(controller, *args.control_address)
+    try:
+        url = await server.start()
+    except OSError as exc:
+        raise UsageError(f"--control {args.control}: cannot listen ({exc.strerror})") from None
+    print(f"mcpfault: control API on {url}", file=sys.stderr)
+    sys.stderr.flush()
+    try:
+        return await body()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.close()
 
 
 @contextlib.contextmanager
@@ -207,15 +268,26 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         attributes=attributes,
     )
     sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
+    controller = _controller(
+        args, sessions.live, transport="http", counters=sessions.counters, stats=sessions.stats, events=events
+    )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
 
     def announce(url: str) -> None:
+        bridge = proxy.bridge
+        if controller is not None and bridge is not None and bridge.child is not None:
+            from mcpfault.control.server import ChildControl
+
+            controller.server = ChildControl(bridge.child)
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
+    async def relay() -> int:
+        return await http.serve(proxy, listen, announce)
+
     with _flushed_at_exit(events, telemetry):
-        status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
+        status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
     if not args.no_summary:
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
     return status

@@ -116,7 +116,10 @@ def _faults(_args: argparse.Namespace) -> int:
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
             default = field.default if field.default is not dataclasses.MISSING else "(required)"
             print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
-    print("every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none]")
+    print(
+        "every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none], "
+        "start_after_s and duration_s (seconds since the proxy started) [always]"
+    )
     return EXIT_OK
 
 

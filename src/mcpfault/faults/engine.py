@@ -5,10 +5,16 @@ only when a request it matches is eligible (past ``after``, under ``limit``). A 
 depends only on the profile, the seed and the sequence of requests: replaying a run's requests
 reproduces its faults exactly. Rules are tried in order and the first that fires wins; persistent
 faults (schema drift) apply in addition, from the call they first fire on.
+
+The rules come from a ``LiveRules`` (faults/live.py) that a controller may swap at run time: each
+request is decided against the one set read when it arrived, and a rule's state (RNG, counters)
+survives changes to the rule. A rule with ``start_after_s``/``duration_s`` is in force only inside
+that window of the ``elapsed_s`` the transport passes in (the engine reads no clock).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -19,6 +25,7 @@ from typing import Any
 import orjson
 
 from mcpfault.faults.base import STDIO, Call, Delivery, HttpAction, HttpFailure, Injection, PlanContext, ResponseStep
+from mcpfault.faults.live import LiveRules, RuleChange, RuleSet
 from mcpfault.faults.profile import Profile, Rule
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
 
@@ -42,6 +49,7 @@ class Decision:
     steps: tuple[ResponseStep, ...] = ()
     notify: tuple[Mapping[str, Any], ...] = ()
     http: HttpAction | None = None
+    changes: tuple[RuleChange, ...] = ()  # rule-set changes since this engine's previous decision
 
     @property
     def contacts_upstream(self) -> bool:
@@ -119,33 +127,90 @@ class Engine:
     own RNG, the others decide exactly as they would with them.
     """
 
-    def __init__(self, profile: Profile, *, transport: str = STDIO, in_session: bool = False) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        transport: str = STDIO,
+        in_session: bool = False,
+        live: LiveRules | None = None,
+    ) -> None:
         self.profile = profile
         self.transport = transport
         self._in_session = in_session
-        self._states = [
-            _RuleState(rule, Random(f"{profile.seed}:{rule.index}"))
-            for rule in profile.rules
-            if transport in rule.fault.transports
-        ]
+        self._live = live if live is not None else LiveRules.of(profile)
+        self._by_key: dict[int, _RuleState] = {}
+        self._all_states: tuple[_RuleState, ...] = ()  # every rule of the set, enabled or not (for counters)
+        self._states: list[_RuleState] = []
+        self._history: ResponseHistory | None = None
+        self._methods: frozenset[str] = frozenset()
+        self._pending: tuple[RuleChange, ...] = ()
+        self._set = self._live.current
+        self._seen_version = self._set.version  # changes made before this engine existed are not news to it
+        self._apply(self._set)
+
+    def _refresh(self) -> RuleSet:
+        """The current set, applied; read once per request, so one request sees one set."""
+        current = self._live.current
+        if current is not self._set:
+            self._set = current
+            self._pending = (*self._pending, *current.changes_since(self._seen_version))
+            self._seen_version = current.version
+            self._apply(current)
+        return current
+
+    def _apply(self, rules: RuleSet) -> None:
+        states: list[_RuleState] = []
+        every: list[_RuleState] = []
+        for live in rules.rules:
+            if self.transport not in live.rule.fault.transports:
+                continue
+            state = self._by_key.get(live.key)
+            if state is None:
+                state = self._by_key[live.key] = _RuleState(live.rule, Random(f"{rules.seed}:{live.seed_key}"))
+            else:
+                state.rule = live.rule  # a changed probability or limit; its RNG and counters carry on
+            every.append(state)
+            if live.enabled and rules.enabled:
+                states.append(state)
+        # A profile rule's state is kept while it is removed (reset brings it back, counters kept).
+        present = {live.key for live in rules.rules}
+        for key in [k for k in self._by_key if k not in present and k >= len(self.profile.rules)]:
+            del self._by_key[key]
+        self._states = states
+        self._all_states = tuple(every)
         self._by_tool: dict[str, list[_RuleState]] = {}
-        self._handshake_rules = [s for s in self._states if s.rule.fault.handshake is not None]
-        depths = [getattr(s.rule.fault, "history", 8) for s in self._states if s.rule.fault.needs_history]
-        self._history = ResponseHistory(depth=max(depths)) if depths else None
-        self._methods = frozenset(m for s in self._states for m in s.rule.fault.targets | s.rule.fault.follows) | (
-            HANDSHAKE_METHODS if self._states else frozenset()
+        self._handshake_rules = [s for s in states if s.rule.fault.handshake is not None]
+        depths = [getattr(s.rule.fault, "history", 8) for s in states if s.rule.fault.needs_history]
+        if depths and (self._history is None or self._history.depth < max(depths)):
+            self._history = ResponseHistory(depth=max(depths))
+        self._methods = frozenset(m for s in states for m in s.rule.fault.targets | s.rule.fault.follows) | (
+            HANDSHAKE_METHODS if states else frozenset()
         )
 
     @property
     def wants_responses(self) -> bool:
         """Whether ``observe_response`` needs to see tools/call responses."""
+        if self._live.current is not self._set:
+            self._refresh()
         return self._history is not None
 
     def cares_about(self, method: str) -> bool:
-        """False when no rule can act on ``method``: the request crosses untouched."""
-        return method in self._methods
+        """False when no rule can act on ``method`` and no change is news: the request crosses untouched."""
+        if self._live.current is not self._set:
+            self._refresh()
+        return method in self._methods or bool(self._pending)
 
-    def decide(self, call: Call) -> Decision:
+    def decide(self, call: Call, elapsed_s: float = 0.0) -> Decision:
+        """What happens to ``call``, ``elapsed_s`` seconds after the proxy started (for time windows)."""
+        self._refresh()
+        if self._pending:
+            changes, self._pending = self._pending, ()
+            decision = self._decide(call, elapsed_s)
+            return dataclasses.replace(decision, changes=changes)
+        return self._decide(call, elapsed_s)
+
+    def _decide(self, call: Call, elapsed_s: float) -> Decision:
         if call.method not in self._methods:
             return PASS
         if call.method in HANDSHAKE_METHODS:
@@ -155,6 +220,8 @@ class Engine:
         persistent: list[tuple[_RuleState, Injection]] = []
         for state in self._states if tool is None else self._states_for(tool):
             fault, rule = state.rule.fault, state.rule
+            if (rule.start_after_s is not None or rule.duration_s is not None) and not rule.in_window(elapsed_s):
+                continue  # outside its window the rule is not in force: it neither counts nor draws
             if state.active and call.method in fault.targets | fault.follows:
                 injection = fault.plan(call, state.rng, self._context(rule))
                 if injection is not None:
@@ -228,8 +295,10 @@ class Engine:
         return state.rng.random() < state.rule.probability
 
     def counters(self) -> list[tuple[str, int, int]]:
-        """(rule, matched, injected) for each rule."""
-        return [(s.rule.name, s.matched, s.injected) for s in self._states]
+        """(rule, matched, injected) for each rule of the set last applied, enabled or not.
+
+        Only reads: safe from another thread than the one deciding."""
+        return [(s.rule.name, s.matched, s.injected) for s in self._all_states]
 
 
 def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:

@@ -1,14 +1,17 @@
 """Profiles: TOML documents of ``name``, ``seed`` and ``[[faults]]`` rules.
 
 A rule is read in two steps (as Toxiproxy decodes a toxic): first its generic keys (``type``,
-``name``, ``tools``, ``probability``, ``after``, ``limit``), then its type's own settings. Every
-problem is collected, each naming file, rule, field and what is allowed.
+``name``, ``tools``, ``probability``, ``after``, ``limit``, and the time window ``start_after_s`` /
+``duration_s``), then its type's own settings. Every problem is collected, each naming file, rule,
+field and what is allowed. ``rule_from_mapping`` reads one rule alone (the control API's POST).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
+import math
 import os
 import re
 import tomllib
@@ -22,7 +25,7 @@ from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
-GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit")
+GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit", "start_after_s", "duration_s")
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -41,6 +44,15 @@ class Rule:
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
     matches_tool: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
+    # In force from start_after_s seconds after the proxy started, for duration_s seconds; None: always.
+    start_after_s: float | None = None
+    duration_s: float | None = None
+
+    def in_window(self, elapsed_s: float) -> bool:
+        start = self.start_after_s or 0.0
+        if elapsed_s < start:
+            return False
+        return self.duration_s is None or elapsed_s < start + self.duration_s
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,15 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
     return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description)
 
 
+def rule_from_mapping(raw: Any, source: str, index: int = 0, catalog: Catalog = CATALOG) -> Rule:
+    """One ``[[faults]]`` table on its own, validated as in a profile; raise ProfileError listing every problem."""
+    problems: list[Problem] = []
+    rule = _rule(index, raw, source, catalog, problems)
+    if problems or rule is None:
+        raise ProfileError(problems)
+    return rule
+
+
 def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Problem]) -> Rule | None:
     if not isinstance(raw, dict):
         problems.append(Problem(source, index, "*", "expected a table; write the rule under [[faults]]"))
@@ -190,13 +211,11 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     if not isinstance(name, str) or not name:
         report("name", f"got {name!r}; expected a non-empty string")
     tools = _tools(raw.get("tools", ["*"]), report)
-    probability = raw.get("probability", 1.0)
-    if not isinstance(probability, int | float) or isinstance(probability, bool):
-        report("probability", f"got {probability!r}; expected a number from 0 to 1")
-    elif not 0.0 <= probability <= 1.0:
-        report("probability", f"{probability} is outside [0, 1]; use a number from 0 to 1")
+    probability = _probability(raw.get("probability", 1.0), report)
     after = _count(raw.get("after", 0), "after", report, allow_none=False)
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
+    start_after_s = _seconds(raw.get("start_after_s"), "start_after_s", report)
+    duration_s = _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
 
     fault = None
     if fault_type is not None:
@@ -214,7 +233,34 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         after=int(after or 0),
         limit=limit,
         matches_tool=_matcher(tools),
+        start_after_s=start_after_s,
+        duration_s=duration_s,
     )
+
+
+def changed_rule(rule: Rule, changes: Mapping[str, Any], source: str) -> Rule:
+    """``rule`` with a new ``probability`` and/or ``limit`` (what may change on a live rule), checked as
+    in a profile; raise ProfileError listing every problem."""
+    problems: list[Problem] = []
+
+    def report(field_name: str, message: str) -> None:
+        problems.append(Problem(source, rule.index, field_name, message, rule.name))
+
+    probability = _probability(changes.get("probability", rule.probability), report)
+    limit = _count(changes["limit"], "limit", report, allow_none=True) if "limit" in changes else rule.limit
+    if problems:
+        raise ProfileError(problems)
+    return dataclasses.replace(rule, probability=float(probability), limit=limit)
+
+
+def _probability(raw: Any, report: Callable[[str, str], None]) -> float:
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        report("probability", f"got {raw!r}; expected a number from 0 to 1")
+        return 1.0
+    if not 0.0 <= raw <= 1.0:
+        report("probability", f"{raw} is outside [0, 1]; use a number from 0 to 1")
+        return 1.0
+    return float(raw)
 
 
 def _tools(raw: Any, report: Callable[[str, str], None]) -> tuple[str, ...]:
@@ -245,6 +291,19 @@ def _count(raw: Any, field_name: str, report: Callable[[str, str], None], *, all
         report(field_name, f"{raw} is negative; expected a whole number >= 0")
         return None
     return raw
+
+
+def _seconds(raw: Any, field_name: str, report: Callable[[str, str], None], *, positive: bool = False) -> float | None:
+    bound = "> 0" if positive else ">= 0"
+    if raw is None:
+        return None
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        report(field_name, f"got {raw!r}; expected seconds as a number {bound}, e.g. 30 or 2.5")
+        return None
+    if not math.isfinite(raw) or raw < 0 or (positive and raw == 0):
+        report(field_name, f"{raw} is not a finite number of seconds {bound}")
+        return None
+    return float(raw)
 
 
 def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:

@@ -123,8 +123,11 @@ class ProxyCore:
         clock: Callable[[], float] = time.monotonic,
         stats: Stats | None = None,
         era: EraTracker | None = None,
+        epoch: float | None = None,
     ) -> None:
         self.engine = engine
+        # When the proxy started, on ``clock``: time-windowed rules count from here (shared by HTTP cores).
+        self.epoch = clock() if epoch is None else epoch
         # Shared when one proxy runs several cores (one per HTTP session or exchange).
         self.era = era if era is not None else EraTracker()
         self.stats = stats if stats is not None else Stats()
@@ -135,7 +138,6 @@ class ProxyCore:
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
         self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
         self._server_requests: dict[tuple[bool, object], InFlight] = {}  # observed only, bounded by the peer
-        self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
         # Events of answers a fault holds back, written when the client gets them (or cancels first).
         self._held_events: dict[tuple[bool, object], _HeldEvent] = {}
@@ -165,7 +167,7 @@ class ProxyCore:
             self._track(InFlight(body, PASS, self._clock()))
             return [Emit(To.SERVER, line)]
         call = Call.from_body(body)
-        decision = self.engine.decide(call) if self.engine.cares_about(method) else PASS
+        decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
@@ -285,14 +287,15 @@ class ProxyCore:
         if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
         decision = pending.decision
-        if decision is PASS and self._events is None and not self._watch_responses and not self._observers:
+        watch_responses = self.engine.wants_responses  # read per response: a rule added at run time may need them
+        if decision is PASS and self._events is None and not watch_responses and not self._observers:
             if pending.body["method"] in HANDSHAKE_METHODS:
                 self.era.observe_handshake_result(pending.body["method"], body.get("result"))
             return [Emit(To.CLIENT, line)]
         call = pending.call
         if call.method in HANDSHAKE_METHODS:
             self.era.observe_handshake_result(call.method, body.get("result"))
-        if self._watch_responses:
+        if watch_responses:
             self.engine.observe_response(call, line, body)
         if decision.http is not None and decision.http.failure is HttpFailure.RESET:
             self._record(

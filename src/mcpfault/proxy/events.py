@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +34,15 @@ class JsonlEventSink:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
         if start is not None:
             self.write(start_record(start))
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n")
-        self._file.flush()
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+        with self._lock:  # the control API writes from the event loop while a reader thread writes requests
+            self._file.write(line)
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()

@@ -10,12 +10,14 @@ the same decisions in the same order, dealt to whichever request comes first.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.faults.base import HTTP
 from mcpfault.faults.engine import Engine
+from mcpfault.faults.live import LiveRules
 from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
 from mcpfault.proxy.core import ProxyCore, RequestObserver, Stats
@@ -44,8 +46,11 @@ class Sessions:
         observers_for: ObserversFor,
         propagate: bool,
         max_sessions: int = MAX_SESSIONS,
+        live: LiveRules | None = None,
     ) -> None:
         self.profile = profile
+        self.live = live if live is not None else LiveRules.of(profile)  # one rule set for every session
+        self.epoch = time.monotonic()  # time windows count from the proxy's start, whenever a session began
         self.stats = Stats()
         self.era = EraTracker()  # the last era learned, for the summary
         self._events = events
@@ -53,7 +58,7 @@ class Sessions:
         self._propagate = propagate
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._sessionless = Engine(profile, transport=HTTP)
+        self._sessionless = Engine(profile, transport=HTTP, live=self.live)
         self._sessionless_observers = observers_for(None)
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
         self._retired_injected: Counter[str] = Counter()
@@ -69,6 +74,7 @@ class Sessions:
             propagate=self._propagate,
             stats=self.stats,
             era=EraTracker.from_header(protocol_version),
+            epoch=self.epoch,
         )
 
     def session(self, session_id: str, era: EraTracker | None = None) -> Session:
@@ -77,7 +83,7 @@ class Sessions:
         if found is not None:
             self._sessions.move_to_end(session_id)
             return found
-        engine = Engine(self.profile, transport=HTTP, in_session=True)
+        engine = Engine(self.profile, transport=HTTP, in_session=True, live=self.live)
         core = ProxyCore(
             engine,
             events=self._events,
@@ -85,6 +91,7 @@ class Sessions:
             propagate=self._propagate,
             stats=self.stats,
             era=era if era is not None else EraTracker(),
+            epoch=self.epoch,
         )
         created = self._sessions[session_id] = Session(engine, core)
         self.sessions_started += 1
@@ -118,4 +125,5 @@ class Sessions:
             for name, m, i in engine.counters():
                 matched[name] += m
                 injected[name] += i
-        return [(name, matched[name], injected[name]) for name, _, _ in self._sessionless.counters()]
+        names = dict.fromkeys([name for name, _, _ in self._sessionless.counters()] + list(matched))
+        return [(name, matched[name], injected[name]) for name in names]

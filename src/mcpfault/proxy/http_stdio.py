@@ -90,6 +90,11 @@ class StdioBridge:
         joined = shlex.join(self._command)
         self.label = joined if len(joined) <= 80 else joined[:77] + "..."
 
+    @property
+    def child(self) -> ChildProcess | None:
+        """The server process, once started."""
+        return self._child
+
     async def start(self) -> None:
         """Start the server (the stdio transport's ChildProcess: the same errors, the same lifecycle)."""
         self._child = ChildProcess.start(self._command)

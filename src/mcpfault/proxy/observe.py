@@ -169,6 +169,11 @@ class TelemetryObserver:
                 if outcome.delay_s:
                     details["mcpfault.delay_s"] = outcome.delay_s
                 events.append((event, self._clock.unix_ns(outcome.finished), details))
+        for change in outcome.decision.changes:
+            note: dict[str, Any] = {names.CONTROL_ACTION: change.action, names.CONTROL_VERSION: change.version}
+            if change.rule is not None:
+                note[names.FAULT_RULE] = change.rule
+            events.append((names.EVENT_CONTROL, self._clock.unix_ns(outcome.started), note))
         error: tuple[str] | None = None
         error_type = _error_type(outcome)
         if error_type is not None:

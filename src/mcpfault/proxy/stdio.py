@@ -240,9 +240,13 @@ async def run_stdio(
     *,
     stdin_fd: int = 0,
     stdout_fd: int = 1,
+    started: Callable[[ChildProcess], None] | None = None,
 ) -> int:
-    """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status."""
+    """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status.
+    ``started`` is told the server process once it runs (the control API acts on it)."""
     server = ChildProcess.start(command)
+    if started is not None:
+        started(server)
     try:
         return await StdioProxy(core, server, lifecycle).run(stdin_fd, stdout_fd)
     finally:

@@ -241,30 +241,30 @@ class HarnessMetrics(_Metrics):
 # --- the /metrics endpoint ----------------------------------------------------------------------
 
 
-def parse_metrics_addr(addr: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1) as (host, port)."""
+def parse_metrics_addr(addr: str, flag: str = "--metrics-addr") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1) as (host, port); errors name ``flag``."""
     text = addr.strip()
     hint = "give HOST:PORT, for example 127.0.0.1:9464 (or :9464 for loopback, [::1]:9464 for IPv6)"
     if "://" in text:
-        raise ValueError(f"--metrics-addr {addr!r} is a URL; {hint}, without a scheme or path")
+        raise ValueError(f"{flag} {addr!r} is a URL; {hint}, without a scheme or path")
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text:
-        raise ValueError(f"--metrics-addr {addr!r} has no port; {hint}")
+        raise ValueError(f"{flag} {addr!r} has no port; {hint}")
     if host.startswith("["):
         if not host.endswith("]"):
-            raise ValueError(f"--metrics-addr {addr!r} has an unclosed '[' around its IPv6 host; {hint}")
+            raise ValueError(f"{flag} {addr!r} has an unclosed '[' around its IPv6 host; {hint}")
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"--metrics-addr {addr!r}: an IPv6 host needs brackets; {hint}")
+        raise ValueError(f"{flag} {addr!r}: an IPv6 host needs brackets; {hint}")
     if not port_text.isdigit():
-        raise ValueError(f"--metrics-addr {addr!r}: port {port_text!r} is not a number; {hint}")
+        raise ValueError(f"{flag} {addr!r}: port {port_text!r} is not a number; {hint}")
     port = int(port_text)
     if port > 65535:
-        raise ValueError(f"--metrics-addr {addr!r}: port {port} is above 65535; {hint}")
+        raise ValueError(f"{flag} {addr!r}: port {port} is above 65535; {hint}")
     if not host:
         host = "127.0.0.1"
     if any(c.isspace() or c in "/?#@" for c in host):
-        raise ValueError(f"--metrics-addr {addr!r}: {host!r} is not a host name or address; {hint}")
+        raise ValueError(f"{flag} {addr!r}: {host!r} is not a host name or address; {hint}")
     return host, port
 
 

@@ -55,6 +55,11 @@ EVENT_DROP: Final = "mcpfault.drop"
 EVENT_CORRUPT: Final = "mcpfault.corrupt"
 EVENT_STALE_HIT: Final = "mcpfault.stale_hit"
 EVENT_DRIFT: Final = "mcpfault.drift"
+# A change through the control API (a rule added, removed or changed, faults off or on, a process
+# action), on the next span each engine decides after it.
+EVENT_CONTROL: Final = "mcpfault.control"
+CONTROL_ACTION: Final = "mcpfault.control.action"  # add, remove, patch, off, on, reset, crash, stall, restart
+CONTROL_VERSION: Final = "mcpfault.control.version"  # the rule set's version after the change
 
 # --- W3C trace context carried in params._meta (unprefixed keys, per the conventions) ----------
 META_TRACEPARENT: Final = "traceparent"

@@ -1,0 +1,98 @@
+"""A small client of the control API (what ``mcpfault ctl`` and experiments use): JSON in, JSON out.
+
+Errors are values the caller can branch on: ``ApiError`` carries the HTTP status and the API's own
+message (and problems); ``Unreachable`` means nothing answered at the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+DEFAULT_URL = "http://127.0.0.1:8474"  # Toxiproxy's API port; start the proxy with --control 127.0.0.1:8474
+URL_VARIABLE = "MCPFAULT_CONTROL_URL"
+
+
+class Unreachable(Exception):
+    """Nothing answered at the control URL (no proxy there, or not with --control)."""
+
+
+@dataclass
+class ApiError(Exception):
+    status: int
+    message: str
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"HTTP {self.status}: {self.message}"
+
+
+class ControlClient:
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                answer = json.loads(exc.read())
+            except ValueError:
+                answer = {}
+            message = answer.get("error", exc.reason) if isinstance(answer, dict) else str(exc.reason)
+            problems = answer.get("problems", []) if isinstance(answer, dict) else []
+            raise ApiError(exc.code, str(message), problems) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise Unreachable(f"cannot reach the control API at {self.url}: {reason}") from None
+
+    # One method per route.
+    def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = self.request("GET", "/status")
+        return answer
+
+    def faults(self) -> dict[str, Any]:
+        answer: dict[str, Any] = self.request("GET", "/faults")
+        return answer
+
+    def add(self, rule: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = self.request("POST", "/faults", rule)
+        return answer
+
+    def patch(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = self.request("PATCH", f"/faults/{quote(name, safe='')}", changes)
+        return answer
+
+    def remove(self, name: str) -> Any:
+        return self.request("DELETE", f"/faults/{quote(name, safe='')}")
+
+    def off(self) -> Any:
+        return self.request("POST", "/off")
+
+    def on(self) -> Any:
+        return self.request("POST", "/on")
+
+    def reset(self) -> Any:
+        return self.request("POST", "/reset")
+
+    def crash(self, signal_name: str = "SIGKILL") -> Any:
+        return self.request("POST", f"/server/crash?signal={quote(signal_name)}")
+
+    def stall(self, duration_s: float) -> Any:
+        return self.request("POST", f"/server/stall?duration_s={duration_s:g}")
+
+    def restart(self) -> Any:
+        return self.request("POST", "/server/restart")
