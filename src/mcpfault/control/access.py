@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mcpfault.telemetry.metrics import is_loopback
+from mcpfault.loopback import is_loopback, require_token_beyond_loopback
 
 TOKEN_VARIABLE = "MCPFAULT_CONTROL_TOKEN"
 _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
@@ -26,11 +26,12 @@ class Access:
     @classmethod
     def for_address(cls, host: str, port: int, token: str | None) -> Access:
         """Refuses (ValueError) a non-loopback address without a token."""
-        if not is_loopback(host) and token is None:
-            raise ValueError(
-                f"refusing to serve the control API on {host}:{port} without a token: anyone who can reach it could "
-                f"switch faults on; bind 127.0.0.1, or set {TOKEN_VARIABLE} and send it as a bearer token"
-            )
+        require_token_beyond_loopback(
+            f"the control API on {host}:{port}",
+            host,
+            token,
+            f"anyone who can reach it could switch faults on; set {TOKEN_VARIABLE} and send it as a bearer token",
+        )
         if host in _WILDCARDS:
             return cls(token.encode() if token else None, frozenset())
         names = {f"[{host}]" if ":" in host else host}

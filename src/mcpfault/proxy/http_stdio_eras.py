@@ -22,6 +22,7 @@ from mcpfault.errors import UpstreamError
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
+from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
@@ -43,6 +44,13 @@ class EraRouter:
     def started(self) -> tuple[Era, ...]:
         """The eras whose server runs (or ran)."""
         return tuple(self._bridges)
+
+    @property
+    def child(self) -> ChildProcess | None:
+        """The first era's server process: the one the control API's process actions act on (the proxy
+        ends, with its status, when either server exits)."""
+        first = next(iter(self._bridges.values()), None)
+        return first.child if first is not None else None
 
     async def start(self) -> None:
         """Start a server per era; a command that cannot start fails here (UpstreamError)."""
