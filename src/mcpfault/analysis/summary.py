@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
 
-PROFILE_ORDER = (
+GENTLE_PROFILES = (
     "baseline",
     "timeout",
     "latency",
@@ -19,6 +19,9 @@ PROFILE_ORDER = (
     "drift_output",
     "mixed",
 )
+# Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5.
+STRESS_PROFILES = ("outage", "burst", "storm")
+PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES)
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = ("timeout", "latency", "error", "malformed", "stale", "schema_drift")
 UNCLASSIFIED = "(unclassified)"
@@ -42,6 +45,8 @@ class CellSummary:
     failed_silent: int
     duplicates: int
     retries: int
+    # failed_detected tasks by the failure class that ended them: most frequent first, ties by name.
+    failure_classes: tuple[tuple[str, int], ...] = ()
     # The llm agent's model account (zero for scripted agents); cost None when no task had a known price.
     model_tasks: int = 0  # tasks run by a model
     model_calls: int = 0
@@ -202,12 +207,18 @@ def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummar
         failed_silent=outcomes["failed_silent"],
         duplicates=sum(r.duplicates for r in records),
         retries=sum(r.retries for r in records),
+        failure_classes=_classes(records),
         model_tasks=sum(1 for r in records if r.model is not None),
         model_calls=sum(r.model_calls for r in records),
         input_tokens=sum(r.input_tokens for r in records),
         output_tokens=sum(r.output_tokens for r in records),
         cost_usd=_cost([r.cost_usd for r in records if r.cost_usd is not None]),
     )
+
+
+def _classes(records: Sequence[TaskRecord]) -> tuple[tuple[str, int], ...]:
+    counts = Counter(r.failure or UNCLASSIFIED for r in records if r.outcome == "failed_detected")
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _cost(costs: Sequence[float]) -> float | None:

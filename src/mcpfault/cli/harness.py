@@ -42,7 +42,9 @@ def add_parsers(commands: Any) -> None:
         "With no arguments: the nine stdio profiles of profiles/ x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
-        "--profiles", help="comma-separated names or .toml paths (default: the nine stdio profiles of profiles/)"
+        "--profiles",
+        help="comma-separated names or .toml paths; 'gentle' for the nine stdio profiles of profiles/ (the "
+        "default), 'stress' for outage, burst and storm",
     )
     bench.add_argument(
         "--agents",
@@ -282,8 +284,8 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.analysis.records import write_records
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
-        DEFAULT_PROFILES,
         BenchConfig,
+        expand_profile_names,
         parse_shard,
         plan_sessions,
         resolve_profile,
@@ -292,7 +294,7 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.harness.report import ReportMeta, print_model_usage, print_summary, write_report
     from mcpfault.mock.world import World
 
-    names = args.profiles.split(",") if args.profiles else list(DEFAULT_PROFILES)
+    names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
     if "llm" in agents:
@@ -302,7 +304,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     config = BenchConfig(
-        profiles=tuple(resolve_profile(n.strip()) for n in names if n.strip()),
+        profiles=tuple(resolve_profile(n) for n in names),
         agents=agents,
         out_dir=Path("."),
         tasks=args.tasks,

@@ -19,6 +19,7 @@ from mcpfault.analysis.summary import (
     AGENT_ORDER,
     FAULT_TYPE_ORDER,
     PROFILE_ORDER,
+    STRESS_PROFILES,
     UNCLASSIFIED,
     UNKNOWN_FAULT,
     CellSummary,
@@ -139,6 +140,7 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
     sections = [
         _header(summary, meta),
         _success_section(summary),
+        _coping_section(summary),
         _counts_section(summary),
         _models_section(summary),
         _cost_section(summary),
@@ -184,19 +186,62 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
 
 
 def _success_section(summary: Summary) -> list[str]:
-    rows = [
-        [md(profile), *(_maybe(summary.cell(profile, agent), success_cell) for agent in summary.agents)]
-        for profile in summary.profiles
-    ]
-    return [
+    lines = [
         "## Success rate",
         "",
         "Each cell: tasks that ended correct (success + recovered) as a share of the cell's tasks, and in "
         "parentheses the share that failed silently. Higher first, lower second is better; `-` means not run. "
         "A share that is neither none nor all never shows as 0% or 100% (it shows `<1%` or `>99%`).",
-        "",
-        *md_table(["profile", *map(md, summary.agents)], rows),
     ]
+    groups = _profile_groups(summary.profiles)
+    for title, profiles in groups:
+        rows = [
+            [md(profile), *(_maybe(summary.cell(profile, agent), success_cell) for agent in summary.agents)]
+            for profile in profiles
+        ]
+        if len(groups) > 1:
+            lines += ["", f"**{title}**"]
+        lines += ["", *md_table(["profile", *map(md, summary.agents)], rows)]
+    return lines
+
+
+def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others)."""
+    stress = [p for p in profiles if p in STRESS_PROFILES]
+    rest = [p for p in profiles if p not in STRESS_PROFILES]
+    groups = [
+        ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
+        ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+    ]
+    return [(title, members) for title, members in groups if members]
+
+
+def _coping_section(summary: Summary) -> list[str]:
+    """Per cell, what its failures were: where each agent stops coping, and why."""
+    failing = [c for c in summary.cells if c.failed_detected or c.failed_silent]
+    lines = [
+        "## Where each agent stops coping",
+        "",
+        "Every cell with a failure: the share of tasks that ended correct, the failed_detected tasks by the "
+        "failure class that ended them (`circuit_open`: refused by the resilient agent's breaker; "
+        "`retry_budget`: its retry budget was spent; `protocol_error`, `timeout`, `malformed`, `tool_error`, "
+        "`stale`: the last attempt's failure; `task_crashed`: the task code broke on an answer), and the "
+        "failed_silent count.",
+        "",
+    ]
+    if not failing:
+        return [*lines, "No task failed."]
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            md(", ".join(f"{name} {count}" for name, count in c.failure_classes)) or "-",
+            percent(c.correct, c.tasks),
+            str(c.failed_silent),
+        ]
+        for c in failing
+    ]
+    return [*lines, *md_table(["profile", "agent", "failed_detected by class", "correct", "silent"], rows, 3)]
 
 
 def _maybe(cell: CellSummary | None, render: Callable[[CellSummary], str]) -> str:
