@@ -45,6 +45,7 @@ class CellSummary:
     failed_silent: int
     duplicates: int
     retries: int
+    touched_no_effect: int = 0  # success tasks that faults reached without changing what they received
     # failed_detected tasks by the failure class that ended them: most frequent first, ties by name.
     failure_classes: tuple[tuple[str, int], ...] = ()
     # The llm agent's model account (zero for scripted agents); cost None when no task had a known price.
@@ -106,7 +107,7 @@ class Summary:
 
     profiles: tuple[str, ...]
     agents: tuple[str, ...]
-    fault_types: tuple[str, ...]  # every fault type that touched any task
+    fault_types: tuple[str, ...]  # every fault type that affected any task (or (unknown))
     cells: tuple[CellSummary, ...]  # profile order, then agent order
     recovery: tuple[RecoveryStats, ...]  # fault type order, then agent order; pairs with samples only
     failure_classes: tuple[str, ...]  # most frequent first, ties by name
@@ -177,10 +178,11 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
 
 
 def _fault_types(record: TaskRecord) -> set[str]:
-    # A recovered task with no recorded fault is inconsistent data; keep it visible, not dropped.
-    if not record.fault_types and record.outcome == "recovered":
+    """The fault types a task counts under: those that changed what it received."""
+    # A recovered task with no recorded affecting fault is inconsistent data; keep it visible, not dropped.
+    if not record.affected_types and record.outcome == "recovered":
         return {UNKNOWN_FAULT}
-    return set(record.fault_types)
+    return set(record.affected_types)
 
 
 def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Sequence[str]) -> tuple[CellSummary, ...]:
@@ -208,6 +210,7 @@ def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummar
         duplicates=sum(r.duplicates for r in records),
         retries=sum(r.retries for r in records),
         failure_classes=_classes(records),
+        touched_no_effect=sum(1 for r in records if r.outcome == "success" and r.touched_no_effect),
         model_tasks=sum(1 for r in records if r.model is not None),
         model_calls=sum(r.model_calls for r in records),
         input_tokens=sum(r.input_tokens for r in records),

@@ -178,8 +178,10 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         lines += ["", f"**Note:** {len(short)} cell(s) do not have {meta.tasks_per_cell} tasks: {listed}."]
     lines += [
         "",
-        "Each task ends in exactly one outcome: **success** (correct, no fault touched it), **recovered** "
-        "(correct despite at least one injected fault), **failed_detected** (the agent gave up or raised), "
+        "Each task ends in exactly one outcome: **success** (correct, and no fault changed what its client "
+        "received), **recovered** (correct although at least one injected fault did: dropped, delayed past the "
+        "deadline, an error, corrupted, stale and different, a drift not translated), **failed_detected** (the "
+        "agent gave up or raised), "
         "**failed_silent** (a wrong answer, or wrong state left on the server).",
     ]
     return lines
@@ -249,8 +251,19 @@ def _maybe(cell: CellSummary | None, render: Callable[[CellSummary], str]) -> st
 
 
 def _counts_section(summary: Summary) -> list[str]:
-    rows = [[md(c.profile), md(c.agent), str(c.tasks), *(str(c.count(o)) for o in OUTCOMES)] for c in summary.cells]
-    return ["## Outcome counts", "", *md_table(["profile", "agent", "tasks", *OUTCOMES], rows, left_columns=2)]
+    rows = [
+        [md(c.profile), md(c.agent), str(c.tasks), *(str(c.count(o)) for o in OUTCOMES), str(c.touched_no_effect)]
+        for c in summary.cells
+    ]
+    return [
+        "## Outcome counts",
+        "",
+        "`touched, no effect`: success tasks that faults reached without changing what the client received "
+        "(a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated to "
+        "the drifted names, a renamed field the task never reads); they are counted under success, not recovered.",
+        "",
+        *md_table(["profile", "agent", "tasks", *OUTCOMES, "touched, no effect"], rows, left_columns=2),
+    ]
 
 
 def usd(cost: float | None) -> str:
@@ -400,9 +413,10 @@ def _recovery_section(summary: Summary) -> list[str]:
     lines = [
         "## Recovery time by fault type",
         "",
-        "Over recovered tasks: time from the first faulted attempt to the task's correct completion. A task "
-        "touched by several fault types counts once under each. Each cell is `median / p95 (n)`; `-` means "
-        "no recovered task. Percentiles interpolate linearly between closest ranks (numpy's default): "
+        "Over recovered tasks: time from the first attempt a fault affected to the task's correct completion. "
+        "A task counts under each fault type that affected it (not one that only touched it). "
+        "Each cell is `median / p95 (n)`; `-` means no recovered task. "
+        "Percentiles interpolate linearly between closest ranks (numpy's default): "
         "with the n times sorted, the p-th percentile sits at rank (n-1)*p/100, counting from 0.",
         "",
     ]

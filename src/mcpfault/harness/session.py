@@ -39,12 +39,13 @@ from opentelemetry.trace import (
 
 from mcpfault import __version__
 from mcpfault.analysis import traces
+from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
 from mcpfault.analysis.judge import TaskRun, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import make_agent
-from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
+from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
@@ -375,7 +376,11 @@ def judge_session(
         ) from None
     by_request = touches_by_task(attempts, faults_by_request(events))
     tasks = traces.task_traces(spans) if spans is not None else {}
-    touches = traces.touches(tasks) if spans is not None else by_request
+    touches = by_request
+    if spans is not None:
+        renamed = drift_renames(plan.profile)
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed) for r in runs}
+        touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     for run in runs:
         task = tasks.get(run.index)
@@ -395,6 +400,18 @@ def judge_session(
         )
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
     return Judged(records, mismatches)
+
+
+def drift_renames(profile_path: Path) -> dict[str, frozenset[str]]:
+    """Schema-drift rule name -> the result fields it renames (old names), from the session's profile."""
+    from mcpfault.faults import profile
+
+    loaded = profile.load(profile_path)
+    return {
+        rule.name: frozenset(rule.fault.rename_fields or {})
+        for rule in loaded.rules
+        if rule.type_name == "schema_drift" and hasattr(rule.fault, "rename_fields")
+    }
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
