@@ -348,6 +348,7 @@ def _bench(args: argparse.Namespace) -> int:
         "wall_s": round(result.wall_s, 1),
         "started_at": started_at,
         "sessions": result.sessions,
+        "broken": [b.as_dict() for b in result.broken],
     }
     (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
     meta = ReportMeta(
@@ -359,6 +360,8 @@ def _bench(args: argparse.Namespace) -> int:
         started_at=started_at,
         machine=f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}",
         proxy_overhead=result.proxy_overhead(),
+        broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
+        session_tasks=args.session_tasks,
     )
     report = write_report(result.records, out, meta) if result.records else None
     print_summary(result.records, console)
@@ -440,6 +443,7 @@ def _report(args: argparse.Namespace) -> int:
         jobs=merged.jobs,
         started_at=merged.started_at,
         machine=f"{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
     )
     report = write_report(merged.records, out, meta)
     print_summary(merged.records, _console())

@@ -57,6 +57,19 @@ class BenchConfig:
     llm: tuple[LLMConfig, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class BrokenSession:
+    """A session that broke (or whose joins disagreed): its cell's figures are not to be trusted."""
+
+    profile: str
+    agent: str
+    session: int
+    error: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "agent": self.agent, "session": self.session, "error": self.error}
+
+
 @dataclass(slots=True)
 class BenchResult:
     records: list[TaskRecord] = field(default_factory=list)
@@ -64,6 +77,7 @@ class BenchResult:
     wall_s: float = 0.0
     sessions: int = 0
     latencies: list[tuple[float, float]] = field(default_factory=list)
+    broken: list[BrokenSession] = field(default_factory=list)  # the sessions behind ``errors``
 
     def proxy_overhead(self) -> dict[str, float] | None:
         """Medians over calls no fault touched: what the client waited, what the server took, the difference."""
@@ -210,6 +224,8 @@ async def run_bench(
         result.latencies.extend(session.latencies)
         if session.error:
             result.errors.append(session.error)
+            plan = session.plan
+            result.broken.append(BrokenSession(plan.profile_name, plan.agent, plan.session, session.error))
     return result
 
 
@@ -221,6 +237,7 @@ class MergedResults:
     wall_s: float  # the slowest shard's
     jobs: int  # summed over shards
     started_at: str  # the earliest shard's
+    broken: tuple[BrokenSession, ...] = ()  # every shard's
 
 
 def merge_results(directories: Sequence[Path]) -> MergedResults:
@@ -256,4 +273,9 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
         wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
         jobs=sum(int(m.get("jobs", 0)) for m in metas),
         started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+        broken=tuple(
+            BrokenSession(str(b["profile"]), str(b["agent"]), int(b["session"]), str(b["error"]))
+            for m in metas
+            for b in m.get("broken", [])
+        ),
     )

@@ -100,6 +100,10 @@ class ReportMeta:
     started_at: str  # ISO time
     machine: str  # e.g. "2 CPUs, Python 3.11.7, Linux 6.x"
     proxy_overhead: Mapping[str, float] | None = None  # e.g. {"direct_p50_ms": .., "proxied_p50_ms": ..}
+    # Sessions that broke, as (profile, agent, session, what broke): a banner, and their cells marked.
+    broken: tuple[tuple[str, str, int, str], ...] = ()
+    session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
+    trials: int = 1  # bench --trials K
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -139,9 +143,9 @@ def _fence(text: str) -> str:
 def render_markdown(summary: Summary, meta: ReportMeta) -> str:
     sections = [
         _header(summary, meta),
-        _success_section(summary),
+        _success_section(summary, meta),
         _coping_section(summary),
-        _counts_section(summary),
+        _counts_section(summary, meta),
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),
@@ -172,6 +176,8 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         f"- **Machine:** {md(meta.machine)}",
         f"- **Started:** {md(meta.started_at)}",
     ]
+    if meta.broken:
+        lines += ["", *_broken_banner(meta)]
     short = [c for c in summary.cells if c.tasks != meta.tasks_per_cell]
     if short:
         listed = ", ".join(f"{md(c.profile)}/{md(c.agent)} ({c.tasks})" for c in short)
@@ -187,7 +193,28 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     return lines
 
 
-def _success_section(summary: Summary) -> list[str]:
+BROKEN_MARK = " (broken)"
+
+
+def _broken_banner(meta: ReportMeta) -> list[str]:
+    listed = [
+        f"> - {md(profile)}/{md(agent)} session {session}: {md(error)}"
+        for profile, agent, session, error in sorted(meta.broken)
+    ]
+    return [
+        f"> **Warning: {len(meta.broken)} session(s) broke.** The cells below marked `{BROKEN_MARK.strip()}` hold "
+        "only the tasks those sessions judged (or none), or faults the two joins saw differently: do not read "
+        "their figures as results. The bench exited 1.",
+        ">",
+        *listed,
+    ]
+
+
+def _broken_cells(meta: ReportMeta) -> set[tuple[str, str]]:
+    return {(profile, agent) for profile, agent, _session, _error in meta.broken}
+
+
+def _success_section(summary: Summary, meta: ReportMeta | None = None) -> list[str]:
     lines = [
         "## Success rate",
         "",
@@ -197,8 +224,16 @@ def _success_section(summary: Summary) -> list[str]:
     ]
     groups = _profile_groups(summary.profiles)
     for title, profiles in groups:
+        broken = _broken_cells(meta) if meta is not None else set()
         rows = [
-            [md(profile), *(_maybe(summary.cell(profile, agent), success_cell) for agent in summary.agents)]
+            [
+                md(profile),
+                *(
+                    _maybe(summary.cell(profile, agent), success_cell)
+                    + (BROKEN_MARK if (profile, agent) in broken else "")
+                    for agent in summary.agents
+                ),
+            ]
             for profile in profiles
         ]
         if len(groups) > 1:
@@ -250,9 +285,16 @@ def _maybe(cell: CellSummary | None, render: Callable[[CellSummary], str]) -> st
     return "-" if cell is None else render(cell)
 
 
-def _counts_section(summary: Summary) -> list[str]:
+def _counts_section(summary: Summary, meta: ReportMeta) -> list[str]:
+    broken = _broken_cells(meta)
     rows = [
-        [md(c.profile), md(c.agent), str(c.tasks), *(str(c.count(o)) for o in OUTCOMES), str(c.touched_no_effect)]
+        [
+            md(c.profile),
+            md(c.agent) + (BROKEN_MARK if (c.profile, c.agent) in broken else ""),
+            str(c.tasks),
+            *(str(c.count(o)) for o in OUTCOMES),
+            str(c.touched_no_effect),
+        ]
         for c in summary.cells
     ]
     return [
