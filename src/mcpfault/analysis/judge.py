@@ -84,11 +84,13 @@ def judge(
     attempts: int | None = None,
     retries: int | None = None,
     trace_id: str | None = None,
+    duplicates: int | None = None,
 ) -> TaskRecord:
     """The record of one task.
 
     ``touch`` says which faults reached it (from the trace join, or the request-id join without traces);
-    ``attempts`` and ``retries``, when given, are counted from the task's spans rather than by the harness.
+    ``attempts`` and ``retries``, when given, are counted from the task's spans rather than by the harness;
+    ``duplicates``, when given, from the server's spans (its writes) rather than its state file.
     """
     verdict = check_answer(run, expected, state)
     touched = touch is not None and bool(touch.fault_types)
@@ -117,7 +119,7 @@ def judge(
         touched_no_effect=touched and not affected,
         attempts=run.attempts if attempts is None else attempts,
         retries=max(0, run.attempts - run.calls) if retries is None else retries,
-        duplicates=verdict.duplicates,
+        duplicates=verdict.duplicates if duplicates is None else duplicates,
         recovery_s=recovery_s,
         duration_s=round(run.finished - run.started, 6),
         failure=run.failure,
