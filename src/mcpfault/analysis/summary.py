@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ class CellSummary:
     failed_silent: int
     duplicates: int
     retries: int
+    trials: int = 1  # runs of each task (bench --trials K); tasks counts every run
+    # tau-bench's pass^k for k = 1..trials: the mean over tasks of C(c, k) / C(n, k), c correct of n runs.
+    pass_k: tuple[float, ...] = ()
+    # The same estimator for "never silent": the chance that k runs of a task all avoid failed_silent.
+    never_silent_k: tuple[float, ...] = ()
+    distinct_tasks: int = 0  # tasks counted once however many trials ran them
     touched_no_effect: int = 0  # success tasks that faults reached without changing what they received
     # failed_detected tasks by the failure class that ended them: most frequent first, ties by name.
     failure_classes: tuple[tuple[str, int], ...] = ()
@@ -79,6 +86,42 @@ class CellSummary:
     @property
     def retries_per_task(self) -> float:
         return self.retries / self.tasks
+
+    @property
+    def success_interval(self) -> tuple[float, float]:
+        return wilson(self.correct, self.tasks)
+
+    @property
+    def silent_interval(self) -> tuple[float, float]:
+        return wilson(self.failed_silent, self.tasks)
+
+
+Z_95 = 1.959963984540054  # the standard normal's 97.5th percentile: a two-sided 95% interval
+
+
+def wilson(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (Wilson 1927): well-behaved at 0 and n, unlike Wald's.
+
+    ``(p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)`` with p = successes/trials. (0, 1) for no trials.
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    z2 = z * z
+    centre = p + z2 / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
+    denominator = 1 + z2 / trials
+    low = 0.0 if successes <= 0 else max(0.0, (centre - spread) / denominator)
+    high = 1.0 if successes >= trials else min(1.0, (centre + spread) / denominator)
+    return low, high
+
+
+def pass_hat_k(runs: Sequence[tuple[int, int]], k: int) -> float:
+    """tau-bench's pass^k over tasks given as (c, n): c successes in n runs; tasks with n < k are skipped."""
+    usable = [(c, n) for c, n in runs if n >= k]
+    if not usable:
+        raise ValueError(f"no task ran {k} times")
+    return sum(math.comb(c, k) / math.comb(n, k) for c, n in usable) / len(usable)
 
 
 @dataclass(frozen=True)
@@ -199,6 +242,12 @@ def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Seque
 
 def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummary:
     outcomes = Counter(r.outcome for r in records)
+    per_task: defaultdict[int, list[TaskRecord]] = defaultdict(list)
+    for record in records:
+        per_task[record.task_index].append(record)
+    trials = min(len(runs) for runs in per_task.values())
+    correct = [(sum(r.outcome in ("success", "recovered") for r in runs), len(runs)) for runs in per_task.values()]
+    clean = [(sum(r.outcome != "failed_silent" for r in runs), len(runs)) for runs in per_task.values()]
     return CellSummary(
         profile=profile,
         agent=agent,
@@ -210,6 +259,10 @@ def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummar
         duplicates=sum(r.duplicates for r in records),
         retries=sum(r.retries for r in records),
         failure_classes=_classes(records),
+        trials=trials,
+        pass_k=tuple(round(pass_hat_k(correct, k), 6) for k in range(1, trials + 1)),
+        never_silent_k=tuple(round(pass_hat_k(clean, k), 6) for k in range(1, trials + 1)),
+        distinct_tasks=len(per_task),
         touched_no_effect=sum(1 for r in records if r.outcome == "success" and r.touched_no_effect),
         model_tasks=sum(1 for r in records if r.model is not None),
         model_calls=sum(r.model_calls for r in records),

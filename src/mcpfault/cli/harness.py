@@ -54,6 +54,14 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
     bench.add_argument(
+        "--trials",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run every cell K times, each with its own derived fault seeds; the report adds pass^k for "
+        "k = 1..K and the share of tasks never silent across k runs (1)",
+    )
+    bench.add_argument(
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
     )
     _task_options(bench, "runs/<time>-bench")
@@ -315,6 +323,7 @@ def _bench(args: argparse.Namespace) -> int:
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
+        trials=args.trials,
         llm=llm,
     )
     _check_pushgateway(args.pushgateway)
@@ -343,6 +352,7 @@ def _bench(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "tasks_per_cell": args.tasks,
         "session_tasks": args.session_tasks,
+        "trials": args.trials,
         "jobs": args.jobs,
         "shard": args.shard,
         "wall_s": round(result.wall_s, 1),
@@ -362,6 +372,7 @@ def _bench(args: argparse.Namespace) -> int:
         proxy_overhead=result.proxy_overhead(),
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
         session_tasks=args.session_tasks,
+        trials=args.trials,
     )
     report = write_report(result.records, out, meta) if result.records else None
     print_summary(result.records, console)
@@ -444,6 +455,7 @@ def _report(args: argparse.Namespace) -> int:
         started_at=merged.started_at,
         machine=f"{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, Python {platform.python_version()}",
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
+        trials=merged.trials,
     )
     report = write_report(merged.records, out, meta)
     print_summary(merged.records, _console())

@@ -53,6 +53,7 @@ class BenchConfig:
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
     shard: tuple[int, int] | None = None  # (index, count): run only this disjoint slice of the sessions
+    trials: int = 1  # runs of every cell, each with its own derived fault seeds (pass^k needs k >= 2)
     # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
     llm: tuple[LLMConfig, ...] = ()
 
@@ -133,37 +134,52 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
         raise UsageError("--tasks and --session-tasks must be at least 1")
     tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
     count = math.ceil(config.tasks / config.session_tasks)
+    if config.trials < 1:
+        raise UsageError(f"--trials {config.trials}: give at least 1")
     plans = []
     for profile_path in config.profiles:
         loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
         for agent, llm in _agent_variants(config):
-            for session in range(count):
-                chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
-                plans.append(
-                    SessionPlan(
-                        profile=profile_path,
-                        profile_name=loaded.name,
-                        agent=agent,
-                        llm=llm,
-                        tasks=tuple(chunk),
-                        out_dir=config.out_dir / "sessions" / loaded.name / agent / f"s{session:03d}",
-                        world_seed=config.seed,
-                        # Each session of a cell draws its own faults; the same for every agent.
-                        proxy_seed=loaded.seed * 1_000_003 + config.seed * 1009 + session,
-                        session=session,
-                        deadline_s=config.deadline_s,
-                        traces=config.traces,
-                        otlp_endpoint=config.otlp_endpoint,
+            for trial in range(config.trials):
+                for session in range(count):
+                    chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
+                    cell_dir = config.out_dir / "sessions" / loaded.name / agent
+                    plans.append(
+                        SessionPlan(
+                            profile=profile_path,
+                            profile_name=loaded.name,
+                            agent=agent,
+                            llm=llm,
+                            tasks=tuple(chunk),
+                            out_dir=(cell_dir / f"t{trial:02d}" if config.trials > 1 else cell_dir) / f"s{session:03d}",
+                            world_seed=config.seed,
+                            proxy_seed=proxy_seed(loaded.seed, config.seed, session, trial),
+                            session=session,
+                            trial=trial,
+                            deadline_s=config.deadline_s,
+                            traces=config.traces,
+                            otlp_endpoint=config.otlp_endpoint,
+                        )
                     )
-                )
     if config.shard is not None:
         index, shards = config.shard
         # Sessions are numbered in one fixed order (profile, agent, session), so the N slices are
         # disjoint, cover the matrix, and each session runs exactly as it would unsharded.
-        plans.sort(key=lambda p: (p.profile_name, p.agent, p.session))
+        plans.sort(key=lambda p: (p.profile_name, p.agent, p.trial, p.session))
         plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
+
+
+TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials never share a seed
+
+
+def proxy_seed(profile_seed: int, bench_seed: int, session: int, trial: int = 0) -> int:
+    """The fault seed of one session: its own per session, the same for every agent, derived per trial.
+
+    Trial 0 keeps the seed a bench without --trials uses, so ``--trials 1`` changes nothing.
+    """
+    return profile_seed * 1_000_003 + bench_seed * 1009 + session + trial * TRIAL_STRIDE
 
 
 def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
@@ -218,7 +234,8 @@ async def run_bench(
     result.wall_s = time.monotonic() - started
     order = {id(p): i for i, p in enumerate(plans)}
     for session in sorted(
-        finished, key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.session, order[id(s.plan)])
+        finished,
+        key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.trial, s.plan.session, order[id(s.plan)]),
     ):
         result.records.extend(session.records)
         result.latencies.extend(session.latencies)
@@ -238,6 +255,7 @@ class MergedResults:
     jobs: int  # summed over shards
     started_at: str  # the earliest shard's
     broken: tuple[BrokenSession, ...] = ()  # every shard's
+    trials: int = 1
 
 
 def merge_results(directories: Sequence[Path]) -> MergedResults:
@@ -254,9 +272,9 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
             raise UsageError(str(exc)) from None
         meta_path = directory / "bench.json"
         metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
-    seen: set[tuple[str, str, int, int]] = set()
+    seen: set[tuple[str, str, int, int, int]] = set()
     for record in records:
-        key = (record.profile, record.agent, record.session, record.task_index)
+        key = (record.profile, record.agent, record.trial, record.session, record.task_index)
         if key in seen:
             raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
         seen.add(key)
@@ -265,7 +283,7 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
         raise UsageError(f"the directories come from different seeds ({sorted(seeds)}): not shards of one matrix")
     if not records:
         raise UsageError("no task records in the directories given")
-    cells = Counter((r.profile, r.agent) for r in records)
+    cells = Counter((r.profile, r.agent) for r in {(r.profile, r.agent, r.task_index): r for r in records}.values())
     return MergedResults(
         records=records,
         seed=seeds.pop() if seeds else 0,
@@ -273,6 +291,7 @@ def merge_results(directories: Sequence[Path]) -> MergedResults:
         wall_s=max((float(m.get("wall_s", 0.0)) for m in metas), default=0.0),
         jobs=sum(int(m.get("jobs", 0)) for m in metas),
         started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
+        trials=max(r.trial for r in records) + 1,
         broken=tuple(
             BrokenSession(str(b["profile"]), str(b["agent"]), int(b["session"]), str(b["error"]))
             for m in metas

@@ -7,6 +7,7 @@ the same records always give the same bytes and a report can be diffed between r
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from mcpfault.analysis.summary import (
     ordered,
     percentile,
     summarize,
+    wilson,
 )
 from mcpfault.harness.charts import (
     AGENT_COLOURS,
@@ -144,6 +146,8 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
     sections = [
         _header(summary, meta),
         _success_section(summary, meta),
+        _intervals_section(summary),
+        _trials_section(summary),
         _coping_section(summary),
         _counts_section(summary, meta),
         _models_section(summary),
@@ -159,6 +163,7 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
 def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     fence = _fence(meta.command)
     cells = len(summary.cells)
+    trials = f", each run {meta.trials} times (trials with derived fault seeds)" if meta.trials > 1 else ""
     lines = [
         "# mcpfault bench report",
         "",
@@ -169,8 +174,9 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         fence,
         "",
         f"- **Seed:** {meta.seed}",
-        f"- **Tasks per cell:** {meta.tasks_per_cell} ({len(summary.profiles)} profiles x "
+        f"- **Tasks per cell:** {meta.tasks_per_cell}{trials} ({len(summary.profiles)} profiles x "
         f"{len(summary.agents)} agents = {cells} cells, {summary.total_tasks:,} tasks recorded)",
+        *_session_length(meta),
         f"- **Jobs:** {meta.jobs}",
         f"- **Wall time:** {duration(meta.wall_s)}",
         f"- **Machine:** {md(meta.machine)}",
@@ -178,10 +184,11 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     ]
     if meta.broken:
         lines += ["", *_broken_banner(meta)]
-    short = [c for c in summary.cells if c.tasks != meta.tasks_per_cell]
+    expected = meta.tasks_per_cell * max(1, meta.trials)
+    short = [c for c in summary.cells if c.tasks != expected]
     if short:
         listed = ", ".join(f"{md(c.profile)}/{md(c.agent)} ({c.tasks})" for c in short)
-        lines += ["", f"**Note:** {len(short)} cell(s) do not have {meta.tasks_per_cell} tasks: {listed}."]
+        lines += ["", f"**Note:** {len(short)} cell(s) do not have {expected} task runs: {listed}."]
     lines += [
         "",
         "Each task ends in exactly one outcome: **success** (correct, and no fault changed what its client "
@@ -191,6 +198,19 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         "**failed_silent** (a wrong answer, or wrong state left on the server).",
     ]
     return lines
+
+
+def _session_length(meta: ReportMeta) -> list[str]:
+    if meta.session_tasks is None:
+        return []
+    return [
+        f"- **Session length:** {meta.session_tasks} tasks per session, each session a fresh proxy and mock "
+        "server. A rule's `after` and `limit` count calls per session, so the session length shapes the "
+        "faults: drift_input and drift_output start renaming after the 3rd call of every session, and the "
+        "shorter the sessions, the more tasks finish before the drift (naive drift_input: 2% correct with "
+        "sessions of 20 tasks, 85% with sessions of 1; `docs/results/session-length.md` has the sweep). "
+        "The outage and the bursts likewise sit at fixed calls of each session.",
+    ]
 
 
 BROKEN_MARK = " (broken)"
@@ -251,6 +271,78 @@ def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
         ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
     ]
     return [(title, members) for title, members in groups if members]
+
+
+def interval(bounds: tuple[float, float]) -> str:
+    """A 95% interval in whole percent: low rounded down, high rounded up, so it never looks narrower."""
+    low, high = bounds
+    return f"{math.floor(100 * low + 1e-9)}-{math.ceil(100 * high - 1e-9)}%"
+
+
+def _intervals_section(summary: Summary) -> list[str]:
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            str(c.tasks),
+            percent(c.correct, c.tasks),
+            interval(c.success_interval),
+            percent(c.failed_silent, c.tasks),
+            interval(c.silent_interval),
+        ]
+        for c in summary.cells
+    ]
+    return [
+        "## Rates with 95% intervals",
+        "",
+        "Every rate of the success table with its Wilson score interval (95%), over the cell's task runs. "
+        "With trials, the runs of one task are not independent draws (the task is the same), so the interval "
+        "is narrower than it would be over as many distinct tasks; pass^k below is the measure across runs.",
+        "",
+        *md_table(["profile", "agent", "runs", "correct", "95% interval", "silent", "95% interval"], rows, 2),
+    ]
+
+
+def _trials_section(summary: Summary) -> list[str]:
+    trials = min((c.trials for c in summary.cells), default=1)
+    if trials < 2:
+        return []
+    ks = range(1, trials + 1)
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            str(c.distinct_tasks),
+            *(_share_with_interval(share, c.distinct_tasks) for share in c.pass_k),
+            *(_share_with_interval(share, c.distinct_tasks) for share in c.never_silent_k),
+        ]
+        for c in summary.cells
+    ]
+    return [
+        f"## Consistency over {trials} trials",
+        "",
+        "pass^k as tau-bench defines it (Yao et al. 2024): for each task, with c correct runs of n, the chance "
+        "C(c,k)/C(n,k) that k runs drawn from its n are all correct, averaged over tasks. pass^1 is the plain "
+        "success rate; a falling pass^k means an agent that copes on some runs of a task and not on others. "
+        "`never silent^k`: the same estimator for runs without a silent failure (the share of tasks that "
+        "would show no silent failure in k runs). In parentheses: a Wilson "
+        "95% interval over the cell's distinct tasks (an approximation: each task's share is not a coin flip).",
+        "",
+        *md_table(
+            ["profile", "agent", "tasks", *(f"pass^{k}" for k in ks), *(f"never silent^{k}" for k in ks)],
+            rows,
+            left_columns=2,
+        ),
+    ]
+
+
+def _share_with_interval(share: float, count: int) -> str:
+    return f"{100 * share:.0f}% ({interval(wilson_of(share, count))})"
+
+
+def wilson_of(share: float, count: int) -> tuple[float, float]:
+    """A Wilson interval for a share of ``count`` items that need not be a whole number of them."""
+    return wilson(round(share * count), count) if count else (0.0, 1.0)
 
 
 def _coping_section(summary: Summary) -> list[str]:

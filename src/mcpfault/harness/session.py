@@ -69,6 +69,7 @@ class SessionPlan:
     world_seed: int = 0
     proxy_seed: int | None = None  # None: the profile's own seed
     session: int = 0
+    trial: int = 0  # which of bench --trials K runs of its cell; written into every record
     deadline_s: float = 0.5
     era: Era = "legacy"
     proxy_summary: bool = False  # the proxy's fault table, in proxy.log
@@ -285,6 +286,8 @@ async def _run_tasks(
         result.records, result.join_mismatches = judged.records, judged.mismatches
         if usage is not None:
             result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
+        if plan.trial:
+            result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
         if judged.mismatches and result.error is None:
             result.error = (
                 f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the "
