@@ -107,8 +107,8 @@ def run(workflow: str, answer: object, failure: str | None = None) -> TaskRun:
 def verdict(task_run: TaskRun, expected: object = None, state: dict | None = None, touched: bool = False):
     from mcpfault.analysis.join import Touch
 
-    touch = Touch(["timeout"], ["timeout:drop"], 11.0) if touched else None
-    return judge(task_run, expected, state or {}, touch, profile="p", agent="a", session=0)
+    touch = Touch(["timeout"], ["timeout:drop"], 11.0, affected_types=["timeout"], first_affected_at=11.0)
+    return judge(task_run, expected, state or {}, touch if touched else None, profile="p", agent="a", session=0)
 
 
 def test_judge_reads() -> None:

@@ -48,7 +48,7 @@ def cell(profile: str, agent: str, *outcomes: str, **fields: object) -> list[Tas
 def records() -> list[TaskRecord]:
     """Known outcomes; agents and profiles deliberately listed out of display order."""
     timeout_resilient = [
-        rec("timeout", "resilient", "recovered", i, fault_types=types, recovery_s=s, retries=1)
+        rec("timeout", "resilient", "recovered", i, fault_types=types, affected_types=types, recovery_s=s, retries=1)
         for i, (s, types) in enumerate(
             zip(
                 RECOVERY_TIMES,
@@ -114,14 +114,23 @@ def test_known_profiles_and_agents_come_first_then_alphabetical() -> None:
 
 def test_outcome_counts_table(tmp_path: Path) -> None:
     rows = table(write(tmp_path, records()), "Outcome counts")
-    assert rows[0] == ["profile", "agent", "tasks", "success", "recovered", "failed_detected", "failed_silent"]
+    assert rows[0] == [
+        "profile",
+        "agent",
+        "tasks",
+        "success",
+        "recovered",
+        "failed_detected",
+        "failed_silent",
+        "touched, no effect",
+    ]
     assert rows[1:] == [
-        ["baseline", "naive", "4", "3", "0", "0", "1"],
-        ["baseline", "resilient", "4", "4", "0", "0", "0"],
-        ["timeout", "naive", "4", "1", "0", "1", "2"],
-        ["timeout", "resilient", "6", "0", "5", "1", "0"],
-        ["alpha", "naive", "4", "4", "0", "0", "0"],
-        ["zeta", "aaa-agent", "4", "4", "0", "0", "0"],
+        ["baseline", "naive", "4", "3", "0", "0", "1", "0"],
+        ["baseline", "resilient", "4", "4", "0", "0", "0", "0"],
+        ["timeout", "naive", "4", "1", "0", "1", "2", "0"],
+        ["timeout", "resilient", "6", "0", "5", "1", "0", "0"],
+        ["alpha", "naive", "4", "4", "0", "0", "0", "0"],
+        ["zeta", "aaa-agent", "4", "4", "0", "0", "0", "0"],
     ]
 
 

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcpfault.analysis.effects import AttemptView, affects
+
 
 @dataclass
 class Touch:
-    """The faults that reached one task."""
+    """The faults that reached one task: every one the proxy applied, and those that changed what it received."""
 
     fault_types: list[str] = field(default_factory=list)
     fault_modes: list[str] = field(default_factory=list)
@@ -23,6 +25,22 @@ class Touch:
     # The task's end on first_fault_at's clock. None: the judge's own record of the task's end, on the
     # client's monotonic clock, as this join's attempt times are.
     ended_at: float | None = None
+    affected_types: list[str] = field(default_factory=list)  # the types that changed an answer (analysis.effects)
+    first_affected_at: float | None = None  # start of the first attempt a fault affected (first_fault_at's clock)
+
+    def add(self, started: float, request: Any, faults: Iterable[tuple[str, str, bool]]) -> None:
+        """One attempt's faults, as (type, mode, whether it affected the answer), in the order applied."""
+        if self.first_fault_at is None:
+            self.first_fault_at, self.first_fault_request = started, request
+        for fault_type, mode, affected in faults:
+            if fault_type not in self.fault_types:
+                self.fault_types.append(fault_type)
+            self.fault_modes.append(f"{fault_type}:{mode}")
+            if affected:
+                if self.first_affected_at is None:
+                    self.first_affected_at = started
+                if fault_type not in self.affected_types:
+                    self.affected_types.append(fault_type)
 
 
 def faults_by_request(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tuple[str, str]]]:
@@ -47,14 +65,11 @@ def touches_by_task(
         applied = faults.get(attempt["request_id"])
         if task is None or not applied:
             continue
-        touch = touches.setdefault(task, Touch())
-        if touch.first_fault_at is None:
-            touch.first_fault_at = attempt["started"]
-            touch.first_fault_request = attempt["request_id"]
-        for fault_type, mode in applied:
-            if fault_type not in touch.fault_types:
-                touch.fault_types.append(fault_type)
-            touch.fault_modes.append(f"{fault_type}:{mode}")
+        # Without traces the judge knows only whether the client got a usable answer; a stale answer or
+        # a renamed field it cannot tell from a fresh one, so those count as affecting (effects.affects).
+        view = AttemptView(tool=attempt.get("tool"), failed=attempt.get("outcome") != "ok")
+        effects = [(t, m, affects(t, m, None, view, None)) for t, m in applied]
+        touches.setdefault(task, Touch()).add(attempt["started"], attempt["request_id"], effects)
     return touches
 
 

@@ -3,8 +3,9 @@
 - failed_detected: the agent raised (it knows it failed).
 - failed_silent: it returned, but the answer is wrong, or the server's state is wrong (a duplicate
   incident, a write that the answer denies).
-- recovered: right, and at least one injected fault touched it.
-- success: right, untouched.
+- recovered: right, and at least one injected fault changed what its client received (affected it).
+- success: right, and no fault affected it; ``touched_no_effect`` when faults reached it without effect
+  (a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated).
 """
 
 from __future__ import annotations
@@ -83,25 +84,28 @@ def judge(
     attempts: int | None = None,
     retries: int | None = None,
     trace_id: str | None = None,
+    duplicates: int | None = None,
 ) -> TaskRecord:
     """The record of one task.
 
     ``touch`` says which faults reached it (from the trace join, or the request-id join without traces);
-    ``attempts`` and ``retries``, when given, are counted from the task's spans rather than by the harness.
+    ``attempts`` and ``retries``, when given, are counted from the task's spans rather than by the harness;
+    ``duplicates``, when given, from the server's spans (its writes) rather than its state file.
     """
     verdict = check_answer(run, expected, state)
     touched = touch is not None and bool(touch.fault_types)
+    affected = touch is not None and bool(touch.affected_types)
     outcome: Outcome
     if run.failure is not None:
         outcome, detail = "failed_detected", run.detail
     elif not verdict.correct:
         outcome, detail = "failed_silent", verdict.why
     else:
-        outcome, detail = ("recovered" if touched else "success"), ""
+        outcome, detail = ("recovered" if affected else "success"), ""
     recovery_s = None
-    if outcome == "recovered" and touch is not None and touch.first_fault_at is not None:
+    if outcome == "recovered" and touch is not None and touch.first_affected_at is not None:
         ended = touch.ended_at if touch.ended_at is not None else run.finished
-        recovery_s = round(ended - touch.first_fault_at, 6)
+        recovery_s = round(ended - touch.first_affected_at, 6)
     return TaskRecord(
         profile=profile,
         agent=agent,
@@ -111,9 +115,11 @@ def judge(
         outcome=outcome,
         fault_types=tuple(touch.fault_types) if touch else (),
         fault_modes=tuple(touch.fault_modes) if touch else (),
+        affected_types=tuple(touch.affected_types) if touch else (),
+        touched_no_effect=touched and not affected,
         attempts=run.attempts if attempts is None else attempts,
         retries=max(0, run.attempts - run.calls) if retries is None else retries,
-        duplicates=verdict.duplicates,
+        duplicates=verdict.duplicates if duplicates is None else duplicates,
         recovery_s=recovery_s,
         duration_s=round(run.finished - run.started, 6),
         failure=run.failure,

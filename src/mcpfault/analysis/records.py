@@ -18,9 +18,11 @@ class TaskRecord:
     """The judged result of one task of one session.
 
     ``fault_types`` are the fault types the proxy injected into this task's requests (empty when
-    none touched it). ``recovery_s`` is the time from the first faulted attempt to the task's
-    correct completion, for recovered tasks only. ``duplicates`` counts extra server-side objects
-    the task created (a blind retry after a lost response).
+    none touched it); ``affected_types`` those among them that changed what the client received
+    (analysis.effects). A correct task is ``recovered`` only when a fault affected it; one that
+    faults only touched is a ``success`` with ``touched_no_effect``. ``recovery_s`` is the time from
+    the first affected attempt to the task's correct completion, for recovered tasks only.
+    ``duplicates`` counts extra server-side objects the task created (a blind retry after a lost response).
     """
 
     profile: str
@@ -39,6 +41,9 @@ class TaskRecord:
     detail: str = ""
     fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
     trace_id: str | None = None  # hex id of the trace holding the task's span (its session's), when traced
+    affected_types: tuple[str, ...] = ()  # the fault types that changed what the client received
+    touched_no_effect: bool = False  # faults reached it, none changed what it received
+    trial: int = 0  # which of bench --trials K runs of the cell (0 without --trials)
     # The llm agent's account of its task; left out of as_dict() for the scripted agents, which call no model.
     model: str | None = None
     model_calls: int = 0  # requests sent to the model, retries included
@@ -50,6 +55,7 @@ class TaskRecord:
         data = asdict(self)
         data["fault_types"] = list(self.fault_types)
         data["fault_modes"] = list(self.fault_modes)
+        data["affected_types"] = list(self.affected_types)
         if self.model is None:
             for name in LLM_FIELDS:
                 del data[name]
@@ -60,6 +66,7 @@ class TaskRecord:
         values = dict(data)
         values["fault_types"] = tuple(values.get("fault_types", ()))
         values["fault_modes"] = tuple(values.get("fault_modes", ()))
+        values["affected_types"] = tuple(values.get("affected_types", ()))
         return TaskRecord(**values)
 
 

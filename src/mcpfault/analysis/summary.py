@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
 
-PROFILE_ORDER = (
+GENTLE_PROFILES = (
     "baseline",
     "timeout",
     "latency",
@@ -19,6 +20,9 @@ PROFILE_ORDER = (
     "drift_output",
     "mixed",
 )
+# Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5.
+STRESS_PROFILES = ("outage", "burst", "storm")
+PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES)
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = ("timeout", "latency", "error", "malformed", "stale", "schema_drift")
 UNCLASSIFIED = "(unclassified)"
@@ -42,6 +46,15 @@ class CellSummary:
     failed_silent: int
     duplicates: int
     retries: int
+    trials: int = 1  # runs of each task (bench --trials K); tasks counts every run
+    # tau-bench's pass^k for k = 1..trials: the mean over tasks of C(c, k) / C(n, k), c correct of n runs.
+    pass_k: tuple[float, ...] = ()
+    # The same estimator for "never silent": the chance that k runs of a task all avoid failed_silent.
+    never_silent_k: tuple[float, ...] = ()
+    distinct_tasks: int = 0  # tasks counted once however many trials ran them
+    touched_no_effect: int = 0  # success tasks that faults reached without changing what they received
+    # failed_detected tasks by the failure class that ended them: most frequent first, ties by name.
+    failure_classes: tuple[tuple[str, int], ...] = ()
     # The llm agent's model account (zero for scripted agents); cost None when no task had a known price.
     model_tasks: int = 0  # tasks run by a model
     model_calls: int = 0
@@ -74,6 +87,42 @@ class CellSummary:
     def retries_per_task(self) -> float:
         return self.retries / self.tasks
 
+    @property
+    def success_interval(self) -> tuple[float, float]:
+        return wilson(self.correct, self.tasks)
+
+    @property
+    def silent_interval(self) -> tuple[float, float]:
+        return wilson(self.failed_silent, self.tasks)
+
+
+Z_95 = 1.959963984540054  # the standard normal's 97.5th percentile: a two-sided 95% interval
+
+
+def wilson(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (Wilson 1927): well-behaved at 0 and n, unlike Wald's.
+
+    ``(p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)`` with p = successes/trials. (0, 1) for no trials.
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    z2 = z * z
+    centre = p + z2 / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
+    denominator = 1 + z2 / trials
+    low = 0.0 if successes <= 0 else max(0.0, (centre - spread) / denominator)
+    high = 1.0 if successes >= trials else min(1.0, (centre + spread) / denominator)
+    return low, high
+
+
+def pass_hat_k(runs: Sequence[tuple[int, int]], k: int) -> float:
+    """tau-bench's pass^k over tasks given as (c, n): c successes in n runs; tasks with n < k are skipped."""
+    usable = [(c, n) for c, n in runs if n >= k]
+    if not usable:
+        raise ValueError(f"no task ran {k} times")
+    return sum(math.comb(c, k) / math.comb(n, k) for c, n in usable) / len(usable)
+
 
 @dataclass(frozen=True)
 class RecoveryStats:
@@ -101,7 +150,7 @@ class Summary:
 
     profiles: tuple[str, ...]
     agents: tuple[str, ...]
-    fault_types: tuple[str, ...]  # every fault type that touched any task
+    fault_types: tuple[str, ...]  # every fault type that affected any task (or (unknown))
     cells: tuple[CellSummary, ...]  # profile order, then agent order
     recovery: tuple[RecoveryStats, ...]  # fault type order, then agent order; pairs with samples only
     failure_classes: tuple[str, ...]  # most frequent first, ties by name
@@ -172,10 +221,11 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
 
 
 def _fault_types(record: TaskRecord) -> set[str]:
-    # A recovered task with no recorded fault is inconsistent data; keep it visible, not dropped.
-    if not record.fault_types and record.outcome == "recovered":
+    """The fault types a task counts under: those that changed what it received."""
+    # A recovered task with no recorded affecting fault is inconsistent data; keep it visible, not dropped.
+    if not record.affected_types and record.outcome == "recovered":
         return {UNKNOWN_FAULT}
-    return set(record.fault_types)
+    return set(record.affected_types)
 
 
 def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Sequence[str]) -> tuple[CellSummary, ...]:
@@ -192,6 +242,12 @@ def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Seque
 
 def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummary:
     outcomes = Counter(r.outcome for r in records)
+    per_task: defaultdict[int, list[TaskRecord]] = defaultdict(list)
+    for record in records:
+        per_task[record.task_index].append(record)
+    trials = min(len(runs) for runs in per_task.values())
+    correct = [(sum(r.outcome in ("success", "recovered") for r in runs), len(runs)) for runs in per_task.values()]
+    clean = [(sum(r.outcome != "failed_silent" for r in runs), len(runs)) for runs in per_task.values()]
     return CellSummary(
         profile=profile,
         agent=agent,
@@ -202,12 +258,23 @@ def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummar
         failed_silent=outcomes["failed_silent"],
         duplicates=sum(r.duplicates for r in records),
         retries=sum(r.retries for r in records),
+        failure_classes=_classes(records),
+        trials=trials,
+        pass_k=tuple(round(pass_hat_k(correct, k), 6) for k in range(1, trials + 1)),
+        never_silent_k=tuple(round(pass_hat_k(clean, k), 6) for k in range(1, trials + 1)),
+        distinct_tasks=len(per_task),
+        touched_no_effect=sum(1 for r in records if r.outcome == "success" and r.touched_no_effect),
         model_tasks=sum(1 for r in records if r.model is not None),
         model_calls=sum(r.model_calls for r in records),
         input_tokens=sum(r.input_tokens for r in records),
         output_tokens=sum(r.output_tokens for r in records),
         cost_usd=_cost([r.cost_usd for r in records if r.cost_usd is not None]),
     )
+
+
+def _classes(records: Sequence[TaskRecord]) -> tuple[tuple[str, int], ...]:
+    counts = Counter(r.failure or UNCLASSIFIED for r in records if r.outcome == "failed_detected")
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _cost(costs: Sequence[float]) -> float | None:

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from opentelemetry.trace import SpanKind
 
+from mcpfault.analysis.effects import AttemptView, TaskReads, affects
 from mcpfault.analysis.join import Touch
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
@@ -87,6 +88,45 @@ class AttemptTrace:
         return [fault for proxy in self.proxy for fault in proxy_faults(proxy)]
 
     @property
+    def failed(self) -> bool:
+        """The client got no usable answer (its span carries a failure class)."""
+        return span_names.FAILURE in self.span.attributes
+
+    @property
+    def drift_rules(self) -> list[str]:
+        """The schema-drift rules that acted on the answer (the proxy's drift events name them)."""
+        return [
+            str(event.attributes.get(names.FAULT_RULE))
+            for proxy in self.proxy
+            for event in proxy.events
+            if event.name == names.EVENT_DRIFT
+        ]
+
+    def view(self, revision: int | None, server_seen: bool) -> AttemptView:
+        """What decides whether its faults affected it; ``revision``: the server's when it was sent."""
+        as_of = self.span.attributes.get(span_names.RESULT_AS_OF)
+        tool = self.span.attributes.get(names.GEN_AI_TOOL_NAME)
+        return AttemptView(
+            tool=str(tool) if tool is not None else None,
+            failed=self.failed,
+            as_of=as_of if isinstance(as_of, int) else None,
+            revision=revision,
+            server_seen=server_seen,
+        )
+
+    def effects(self, view: AttemptView, reads: TaskReads | None) -> list[tuple[str, str, bool]]:
+        """(type, mode, whether it changed what the client received) of every fault applied to it."""
+        rules = self.drift_rules
+        found = []
+        for fault_type, mode in self.faults:
+            if fault_type == "schema_drift" and rules:
+                hit = any(affects(fault_type, mode, rule, view, reads) for rule in rules)
+            else:
+                hit = affects(fault_type, mode, None, view, reads)
+            found.append((fault_type, mode, hit))
+        return found
+
+    @property
     def state_changes(self) -> list[Mapping[str, Any]]:
         """The attributes of each write the server accepted while handling this request."""
         return [
@@ -135,27 +175,25 @@ class TaskTrace:
         """Incidents created beyond the first: a write that ran twice."""
         return max(0, len(self.incidents_created) - 1)
 
-    def touch(self) -> Touch | None:
+    def touch(self, reads: TaskReads | None = None, revisions: Revisions | None = None) -> Touch | None:
         """The faults that reached the task's tool calls, or None when none did.
 
-        Times are Unix seconds: ``first_fault_at`` the start of the first faulted attempt, ``ended_at``
-        the task span's end, so their difference is the task's recovery time.
+        Times are Unix seconds: ``first_fault_at`` the start of the first faulted attempt (and
+        ``first_affected_at`` of the first one a fault affected), ``ended_at`` the task span's end, so
+        their difference is the task's recovery time. ``revisions`` (the server's writes) and ``reads``
+        (what the task's code reads) decide which faults changed what the client received.
         """
         touch: Touch | None = None
         for attempt in self.tool_calls:
-            applied = attempt.faults
-            if not applied:
+            if not attempt.faults:
                 continue
             if touch is None:
-                touch = Touch(
-                    first_fault_at=attempt.span.start_unix_nano / 1e9,
-                    first_fault_request=attempt.request_id,
-                    ended_at=self.span.end_unix_nano / 1e9,
-                )
-            for fault_type, mode in applied:
-                if fault_type not in touch.fault_types:
-                    touch.fault_types.append(fault_type)
-                touch.fault_modes.append(f"{fault_type}:{mode}")
+                touch = Touch(ended_at=self.span.end_unix_nano / 1e9)
+            started = attempt.span.start_unix_nano
+            view = attempt.view(
+                revisions.at(started) if revisions is not None else None, server_seen=revisions is not None
+            )
+            touch.add(started / 1e9, attempt.request_id, attempt.effects(view, reads))
         return touch
 
     @property
@@ -165,6 +203,28 @@ class TaskTrace:
         if faulted is None:
             return None
         return (self.span.end_unix_nano - faulted.span.start_unix_nano) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Revisions:
+    """The server's revision over time, from the writes its spans record (a stale answer's yardstick)."""
+
+    writes: tuple[tuple[int, int], ...] = ()  # (server span start, Unix ns; revision after the write), by time
+
+    @staticmethod
+    def of(server: Iterable[SpanView]) -> Revisions:
+        found = []
+        for span in server:
+            for event in span.events:
+                revision = event.attributes.get(span_names.STATE_REVISION)
+                if event.name == span_names.EVENT_STATE_CHANGE and isinstance(revision, int):
+                    found.append((span.start_unix_nano, revision))
+        return Revisions(tuple(sorted(found)))
+
+    def at(self, unix_nano: int) -> int | None:
+        """The revision of the last write the server began before ``unix_nano``; None: no write yet."""
+        before = [revision for started, revision in self.writes if started < unix_nano]
+        return max(before) if before else None
 
 
 def proxy_faults(span: SpanView) -> list[tuple[str, str]]:
@@ -216,9 +276,16 @@ def task_traces(spans: SessionSpans) -> dict[int, TaskTrace]:
     return tasks
 
 
-def touches(tasks: Mapping[int, TaskTrace]) -> dict[int, Touch]:
-    """Task index -> the faults that reached it, for the tasks a fault reached (as ``join.touches_by_task``)."""
-    found = {index: trace.touch() for index, trace in tasks.items()}
+def touches(
+    tasks: Mapping[int, TaskTrace],
+    reads: Mapping[int, TaskReads] | None = None,
+    revisions: Revisions | None = None,
+) -> dict[int, Touch]:
+    """Task index -> the faults that reached it, for the tasks a fault reached (as ``join.touches_by_task``).
+
+    ``reads`` (per task) and ``revisions`` decide which of them changed what the client received.
+    """
+    found = {index: trace.touch((reads or {}).get(index), revisions) for index, trace in tasks.items()}
     return {index: touch for index, touch in found.items() if touch is not None}
 
 

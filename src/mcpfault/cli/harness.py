@@ -42,7 +42,9 @@ def add_parsers(commands: Any) -> None:
         "With no arguments: the nine stdio profiles of profiles/ x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
-        "--profiles", help="comma-separated names or .toml paths (default: the nine stdio profiles of profiles/)"
+        "--profiles",
+        help="comma-separated names or .toml paths; 'gentle' for the nine stdio profiles of profiles/ (the "
+        "default), 'stress' for outage, burst and storm",
     )
     bench.add_argument(
         "--agents",
@@ -51,6 +53,14 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
+    bench.add_argument(
+        "--trials",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run every cell K times, each with its own derived fault seeds; the report adds pass^k for "
+        "k = 1..K and the share of tasks never silent across k runs (1)",
+    )
     bench.add_argument(
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
     )
@@ -294,8 +304,8 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.analysis.records import write_records
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
-        DEFAULT_PROFILES,
         BenchConfig,
+        expand_profile_names,
         parse_shard,
         plan_sessions,
         resolve_profile,
@@ -304,7 +314,7 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.harness.report import ReportMeta, print_model_usage, print_summary, write_report
     from mcpfault.mock.world import World
 
-    names = args.profiles.split(",") if args.profiles else list(DEFAULT_PROFILES)
+    names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
     if "llm" in agents:
@@ -314,7 +324,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     config = BenchConfig(
-        profiles=tuple(resolve_profile(n.strip()) for n in names if n.strip()),
+        profiles=tuple(resolve_profile(n) for n in names),
         agents=agents,
         out_dir=Path("."),
         tasks=args.tasks,
@@ -325,6 +335,7 @@ def _bench(args: argparse.Namespace) -> int:
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
+        trials=args.trials,
         llm=llm,
     )
     _check_pushgateway(args.pushgateway)
@@ -353,11 +364,13 @@ def _bench(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "tasks_per_cell": args.tasks,
         "session_tasks": args.session_tasks,
+        "trials": args.trials,
         "jobs": args.jobs,
         "shard": args.shard,
         "wall_s": round(result.wall_s, 1),
         "started_at": started_at,
         "sessions": result.sessions,
+        "broken": [b.as_dict() for b in result.broken],
     }
     (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
     meta = ReportMeta(
@@ -369,6 +382,9 @@ def _bench(args: argparse.Namespace) -> int:
         started_at=started_at,
         machine=f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}",
         proxy_overhead=result.proxy_overhead(),
+        broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
+        session_tasks=args.session_tasks,
+        trials=args.trials,
     )
     report = write_report(result.records, out, meta) if result.records else None
     print_summary(result.records, console)
@@ -455,6 +471,8 @@ def _report(args: argparse.Namespace) -> int:
         started_at=merged.started_at,
         machine=f"{incomplete}{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}",
+        broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
+        trials=merged.trials,
     )
     report = write_report(merged.records, out, meta)
     print_summary(merged.records, _console())

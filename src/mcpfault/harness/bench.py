@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpfault.analysis.records import TaskRecord, read_records
-from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER
+from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
@@ -31,7 +31,9 @@ from mcpfault.mock.world import World
 if TYPE_CHECKING:
     from mcpfault.harness.agents.llm.agent import LLMConfig
 
-DEFAULT_PROFILES = PROFILE_ORDER
+DEFAULT_PROFILES = GENTLE_PROFILES
+# Names that stand for a set of bundled profiles in ``bench --profiles``.
+PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES}
 DEFAULT_AGENTS = AGENT_ORDER
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
@@ -51,8 +53,22 @@ class BenchConfig:
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
     shard: tuple[int, int] | None = None  # (index, count): run only this disjoint slice of the sessions
+    trials: int = 1  # runs of every cell, each with its own derived fault seeds (pass^k needs k >= 2)
     # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
     llm: tuple[LLMConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenSession:
+    """A session that broke (or whose joins disagreed): its cell's figures are not to be trusted."""
+
+    profile: str
+    agent: str
+    session: int
+    error: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "agent": self.agent, "session": self.session, "error": self.error}
 
 
 @dataclass(slots=True)
@@ -62,6 +78,7 @@ class BenchResult:
     wall_s: float = 0.0
     sessions: int = 0
     latencies: list[tuple[float, float]] = field(default_factory=list)
+    broken: list[BrokenSession] = field(default_factory=list)  # the sessions behind ``errors``
 
     def proxy_overhead(self) -> dict[str, float] | None:
         """Medians over calls no fault touched: what the client waited, what the server took, the difference."""
@@ -83,15 +100,23 @@ class BenchResult:
         }
 
 
+def expand_profile_names(option: str | None) -> list[str]:
+    """``--profiles``: names, paths and the set names ``gentle`` and ``stress``, in order, each once."""
+    names = [n.strip() for n in option.split(",") if n.strip()] if option else list(DEFAULT_PROFILES)
+    expanded = [member for name in names for member in PROFILE_SETS.get(name, (name,))]
+    return list(dict.fromkeys(expanded))
+
+
 def resolve_profile(name_or_path: str) -> Path:
     """A profile by path, or by name from the bundled profiles; a clear error otherwise."""
     return profiles.resolve(name_or_path)
 
 
-def fault_seed(profile_seed: int, seed: int, session: int = 0) -> int:
+def fault_seed(profile_seed: int, seed: int, session: int = 0, trial: int = 0) -> int:
     """The proxy's seed for one session: each session of a cell draws its own faults, the same for every
-    agent, and ``--seed`` reseeds them (``run --seed S`` meets the faults of bench's first session)."""
-    return profile_seed * 1_000_003 + seed * 1009 + session
+    agent, derived per trial; ``--seed`` reseeds them (``run --seed S`` meets the faults of bench's first
+    session). Trial 0 keeps the seed a bench without --trials uses, so ``--trials 1`` changes nothing."""
+    return profile_seed * 1_000_003 + seed * 1009 + session + trial * TRIAL_STRIDE
 
 
 def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
@@ -99,36 +124,44 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
         raise UsageError("--tasks and --session-tasks must be at least 1")
     tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
     count = math.ceil(config.tasks / config.session_tasks)
+    if config.trials < 1:
+        raise UsageError(f"--trials {config.trials}: give at least 1")
     plans = []
     for profile_path in config.profiles:
         loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
         for agent, llm in _agent_variants(config):
-            for session in range(count):
-                chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
-                plans.append(
-                    SessionPlan(
-                        profile=profile_path,
-                        profile_name=loaded.name,
-                        agent=agent,
-                        llm=llm,
-                        tasks=tuple(chunk),
-                        out_dir=config.out_dir / "sessions" / loaded.name / agent / f"s{session:03d}",
-                        world_seed=config.seed,
-                        proxy_seed=fault_seed(loaded.seed, config.seed, session),
-                        session=session,
-                        deadline_s=config.deadline_s,
-                        traces=config.traces,
-                        otlp_endpoint=config.otlp_endpoint,
+            for trial in range(config.trials):
+                for session in range(count):
+                    chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
+                    cell_dir = config.out_dir / "sessions" / loaded.name / agent
+                    plans.append(
+                        SessionPlan(
+                            profile=profile_path,
+                            profile_name=loaded.name,
+                            agent=agent,
+                            llm=llm,
+                            tasks=tuple(chunk),
+                            out_dir=(cell_dir / f"t{trial:02d}" if config.trials > 1 else cell_dir) / f"s{session:03d}",
+                            world_seed=config.seed,
+                            proxy_seed=fault_seed(loaded.seed, config.seed, session, trial),
+                            session=session,
+                            trial=trial,
+                            deadline_s=config.deadline_s,
+                            traces=config.traces,
+                            otlp_endpoint=config.otlp_endpoint,
+                        )
                     )
-                )
     if config.shard is not None:
         index, shards = config.shard
         # Sessions are numbered in one fixed order (profile, agent, session), so the N slices are
         # disjoint, cover the matrix, and each session runs exactly as it would unsharded.
-        plans.sort(key=lambda p: (p.profile_name, p.agent, p.session))
+        plans.sort(key=lambda p: (p.profile_name, p.agent, p.trial, p.session))
         plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
+
+
+TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials never share a seed
 
 
 def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
@@ -183,12 +216,15 @@ async def run_bench(
     result.wall_s = time.monotonic() - started
     order = {id(p): i for i, p in enumerate(plans)}
     for session in sorted(
-        finished, key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.session, order[id(s.plan)])
+        finished,
+        key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.trial, s.plan.session, order[id(s.plan)]),
     ):
         result.records.extend(session.records)
         result.latencies.extend(session.latencies)
         if session.error:
             result.errors.append(session.error)
+            plan = session.plan
+            result.broken.append(BrokenSession(plan.profile_name, plan.agent, plan.session, session.error))
     return result
 
 
@@ -201,6 +237,8 @@ class MergedResults:
     jobs: int  # summed over shards
     started_at: str  # the earliest shard's
     missing: tuple[str, ...] = ()  # shards (I/N) not given: only with allow_partial
+    broken: tuple[BrokenSession, ...] = ()  # every shard's
+    trials: int = 1
 
 
 def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -> MergedResults:
@@ -218,9 +256,9 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
             raise UsageError(str(exc)) from None
         meta_path = directory / "bench.json"
         metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
-    seen: set[tuple[str, str, int, int]] = set()
+    seen: set[tuple[str, str, int, int, int]] = set()
     for record in records:
-        key = (record.profile, record.agent, record.session, record.task_index)
+        key = (record.profile, record.agent, record.trial, record.session, record.task_index)
         if key in seen:
             raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
         seen.add(key)
@@ -235,7 +273,7 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
             f"shard(s) {', '.join(missing)} are missing: the merged report would cover part of the matrix; "
             "give every shard's directory, or pass --allow-partial to merge anyway (the report says it is incomplete)"
         )
-    cells = Counter((r.profile, r.agent) for r in records)
+    cells = Counter((r.profile, r.agent) for r in {(r.profile, r.agent, r.task_index): r for r in records}.values())
     return MergedResults(
         records=records,
         seed=seeds.pop() if seeds else 0,
@@ -244,6 +282,12 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
         jobs=sum(int(m.get("jobs", 0)) for m in metas),
         started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
         missing=tuple(missing),
+        trials=max(r.trial for r in records) + 1,
+        broken=tuple(
+            BrokenSession(str(b["profile"]), str(b["agent"]), int(b["session"]), str(b["error"]))
+            for m in metas
+            for b in m.get("broken", [])
+        ),
     )
 
 

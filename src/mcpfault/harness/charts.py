@@ -83,6 +83,19 @@ def _bar(x: float, y: float, width: float, fill: str, *, css: str, tooltip: str)
     return _el("rect", attrs, f"<title>{xml(tooltip)}</title>")
 
 
+def _whisker(x0: float, x1: float, y: float, *, css: str, tooltip: str) -> str:
+    """A 95% interval drawn across a bar: a line from x0 to x1 with end caps, centred on the bar."""
+    mid, cap = y + BAR_H / 2, BAR_H / 2 - 2
+    path = f"M{_num(x0)} {_num(mid)}H{_num(x1)}M{_num(x0)} {_num(mid - cap)}V{_num(mid + cap)}"
+    path += f"M{_num(x1)} {_num(mid - cap)}V{_num(mid + cap)}"
+    attrs: dict[str, str | float] = {"class": css, "d": path, "stroke": "#1a1a1a", "stroke-width": 1.5, "fill": "none"}
+    return _el("path", attrs, f"<title>{xml(tooltip)}</title>")
+
+
+def _interval_text(bounds: tuple[float, float]) -> str:
+    return f"{math.floor(100 * bounds[0] + 1e-9)}-{math.ceil(100 * bounds[1] - 1e-9)}%"
+
+
 @dataclass(frozen=True)
 class _Row:
     group: str
@@ -207,7 +220,13 @@ def outcomes_chart(summary: Summary) -> str:
         cell = summary.cell(row.group, row.label)
         if cell is not None:
             parts += _stacked_bar(layout, row, cell)
-    desc = "Stacked bars: success, recovered, failed (detected) and failed (silent) as shares of each cell's tasks."
+            low, high = cell.success_interval
+            tooltip = f"{cell.profile} / {cell.agent}: correct, 95% interval {_interval_text((low, high))}"
+            parts.append(_whisker(layout.x(low), layout.x(high), row.y, css="interval", tooltip=tooltip))
+    desc = (
+        "Stacked bars: success, recovered, failed (detected) and failed (silent) as shares of each cell's tasks; "
+        "the whisker is the Wilson 95% interval of the correct share (success + recovered)."
+    )
     return _svg(layout, "mcpfault: task outcomes per profile and agent", desc, parts)
 
 
@@ -232,11 +251,12 @@ def _stacked_bar(layout: _Layout, row: _Row, cell: CellSummary) -> list[str]:
 def silent_chart(summary: Summary) -> str:
     groups = [(p, [c.agent for c in summary.cells_of(p)]) for p in summary.profiles]
     labels = {
-        (c.profile, c.agent): f"{percent(c.failed_silent, c.tasks)} ({c.failed_silent} of {c.tasks})"
+        (c.profile, c.agent): f"{percent(c.failed_silent, c.tasks)} ({c.failed_silent} of {c.tasks}; "
+        f"95% {_interval_text(c.silent_interval)})"
         for c in summary.cells
     }
     layout = _layout(groups, _agent_legend(summary), right=max(map(_text_w, labels.values())) + MARGIN + 8)
-    top = nice_ceiling(max(100 * c.silent_rate for c in summary.cells))
+    top = nice_ceiling(max(100 * c.silent_interval[1] for c in summary.cells))
     top = max(top, 5.0)  # so a few silent failures do not fill the whole width
     parts = _frame(
         layout,
@@ -260,8 +280,14 @@ def silent_chart(summary: Summary) -> str:
                 tooltip=tooltip,
             )
         )
-        parts.append(_text(end + 6, row.y + 12, labels[cell.profile, cell.agent]))
-    desc = "Grouped bars: share of each cell's tasks that ended with a wrong answer or wrong server state."
+        low, high = (layout.x(100 * bound / top) for bound in cell.silent_interval)
+        interval_tip = f"{cell.profile} / {cell.agent}: silent, 95% interval {_interval_text(cell.silent_interval)}"
+        parts.append(_whisker(low, high, row.y, css="interval", tooltip=interval_tip))
+        parts.append(_text(max(end, high) + 6, row.y + 12, labels[cell.profile, cell.agent]))
+    desc = (
+        "Grouped bars: share of each cell's tasks that ended with a wrong answer or wrong server state; the "
+        "whisker is its Wilson 95% interval."
+    )
     return _svg(layout, "mcpfault: silent-failure rate per profile and agent", desc, parts)
 
 

@@ -60,6 +60,7 @@ class Attempt:
     outcome: str = "pending"  # ok, or a CallError.failure
     detail: str = ""
     error_code: int | None = None  # the JSON-RPC error code, for a protocol_error
+    as_of: int | None = None  # the answer's as_of (the mock's revision stamp), when it has one
 
     def as_record(self) -> dict[str, Any]:
         return {
@@ -251,6 +252,9 @@ class StdioClient:
             self._finish(attempt, ToolError.failure, "isError: true")
         else:
             self._finish(attempt, "ok", "")
+            content = result.get("structuredContent")
+            as_of = content.get("as_of") if isinstance(content, dict) else None
+            attempt.as_of = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) else None
         return result
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
@@ -389,4 +393,6 @@ class _AttemptSpans:
                 error_type = names.OTHER
             span.set_attribute(names.ERROR_TYPE, error_type)
             span.set_status(self._status(self._error, attempt.detail or outcome))
+        elif attempt.as_of is not None:  # what tells a stale answer that differs from one that does not
+            span.set_attribute(span_names.RESULT_AS_OF, attempt.as_of)
         span.end()

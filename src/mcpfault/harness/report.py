@@ -7,6 +7,7 @@ the same records always give the same bytes and a report can be diffed between r
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from mcpfault.analysis.summary import (
     AGENT_ORDER,
     FAULT_TYPE_ORDER,
     PROFILE_ORDER,
+    STRESS_PROFILES,
     UNCLASSIFIED,
     UNKNOWN_FAULT,
     CellSummary,
@@ -28,6 +30,7 @@ from mcpfault.analysis.summary import (
     ordered,
     percentile,
     summarize,
+    wilson,
 )
 from mcpfault.harness.charts import (
     AGENT_COLOURS,
@@ -99,6 +102,10 @@ class ReportMeta:
     started_at: str  # ISO time
     machine: str  # e.g. "2 CPUs, Python 3.11.7, Linux 6.x"
     proxy_overhead: Mapping[str, float] | None = None  # e.g. {"direct_p50_ms": .., "proxied_p50_ms": ..}
+    # Sessions that broke, as (profile, agent, session, what broke): a banner, and their cells marked.
+    broken: tuple[tuple[str, str, int, str], ...] = ()
+    session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
+    trials: int = 1  # bench --trials K
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -138,8 +145,11 @@ def _fence(text: str) -> str:
 def render_markdown(summary: Summary, meta: ReportMeta) -> str:
     sections = [
         _header(summary, meta),
-        _success_section(summary),
-        _counts_section(summary),
+        _success_section(summary, meta),
+        _intervals_section(summary),
+        _trials_section(summary),
+        _coping_section(summary),
+        _counts_section(summary, meta),
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),
@@ -153,6 +163,7 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
 def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     fence = _fence(meta.command)
     cells = len(summary.cells)
+    trials = f", each run {meta.trials} times (trials with derived fault seeds)" if meta.trials > 1 else ""
     lines = [
         "# mcpfault bench report",
         "",
@@ -163,49 +174,230 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         fence,
         "",
         f"- **Seed:** {meta.seed}",
-        f"- **Tasks per cell:** {meta.tasks_per_cell} ({len(summary.profiles)} profiles x "
+        f"- **Tasks per cell:** {meta.tasks_per_cell}{trials} ({len(summary.profiles)} profiles x "
         f"{len(summary.agents)} agents = {cells} cells, {summary.total_tasks:,} tasks recorded)",
+        *_session_length(meta),
         f"- **Jobs:** {meta.jobs}",
         f"- **Wall time:** {duration(meta.wall_s)}",
         f"- **Machine:** {md(meta.machine)}",
         f"- **Started:** {md(meta.started_at)}",
     ]
-    short = [c for c in summary.cells if c.tasks != meta.tasks_per_cell]
+    if meta.broken:
+        lines += ["", *_broken_banner(meta)]
+    expected = meta.tasks_per_cell * max(1, meta.trials)
+    short = [c for c in summary.cells if c.tasks != expected]
     if short:
         listed = ", ".join(f"{md(c.profile)}/{md(c.agent)} ({c.tasks})" for c in short)
-        lines += ["", f"**Note:** {len(short)} cell(s) do not have {meta.tasks_per_cell} tasks: {listed}."]
+        lines += ["", f"**Note:** {len(short)} cell(s) do not have {expected} task runs: {listed}."]
     lines += [
         "",
-        "Each task ends in exactly one outcome: **success** (correct, no fault touched it), **recovered** "
-        "(correct despite at least one injected fault), **failed_detected** (the agent gave up or raised), "
+        "Each task ends in exactly one outcome: **success** (correct, and no fault changed what its client "
+        "received), **recovered** (correct although at least one injected fault did: dropped, delayed past the "
+        "deadline, an error, corrupted, stale and different, a drift not translated), **failed_detected** (the "
+        "agent gave up or raised), "
         "**failed_silent** (a wrong answer, or wrong state left on the server).",
     ]
     return lines
 
 
-def _success_section(summary: Summary) -> list[str]:
-    rows = [
-        [md(profile), *(_maybe(summary.cell(profile, agent), success_cell) for agent in summary.agents)]
-        for profile in summary.profiles
+def _session_length(meta: ReportMeta) -> list[str]:
+    if meta.session_tasks is None:
+        return []
+    return [
+        f"- **Session length:** {meta.session_tasks} tasks per session, each session a fresh proxy and mock "
+        "server. A rule's `after` and `limit` count calls per session, so the session length shapes the "
+        "faults: drift_input and drift_output start renaming after the 3rd call of every session, and the "
+        "shorter the sessions, the more tasks finish before the drift (naive drift_input: 2% correct with "
+        "sessions of 20 tasks, 85% with sessions of 1; `docs/results/session-length.md` has the sweep). "
+        "The outage and the bursts likewise sit at fixed calls of each session.",
+    ]
+
+
+BROKEN_MARK = " (broken)"
+
+
+def _broken_banner(meta: ReportMeta) -> list[str]:
+    listed = [
+        f"> - {md(profile)}/{md(agent)} session {session}: {md(error)}"
+        for profile, agent, session, error in sorted(meta.broken)
     ]
     return [
+        f"> **Warning: {len(meta.broken)} session(s) broke.** The cells below marked `{BROKEN_MARK.strip()}` hold "
+        "only the tasks those sessions judged (or none), or faults the two joins saw differently: do not read "
+        "their figures as results. The bench exited 1.",
+        ">",
+        *listed,
+    ]
+
+
+def _broken_cells(meta: ReportMeta) -> set[tuple[str, str]]:
+    return {(profile, agent) for profile, agent, _session, _error in meta.broken}
+
+
+def _success_section(summary: Summary, meta: ReportMeta | None = None) -> list[str]:
+    lines = [
         "## Success rate",
         "",
         "Each cell: tasks that ended correct (success + recovered) as a share of the cell's tasks, and in "
         "parentheses the share that failed silently. Higher first, lower second is better; `-` means not run. "
         "A share that is neither none nor all never shows as 0% or 100% (it shows `<1%` or `>99%`).",
-        "",
-        *md_table(["profile", *map(md, summary.agents)], rows),
     ]
+    groups = _profile_groups(summary.profiles)
+    for title, profiles in groups:
+        broken = _broken_cells(meta) if meta is not None else set()
+        rows = [
+            [
+                md(profile),
+                *(
+                    _maybe(summary.cell(profile, agent), success_cell)
+                    + (BROKEN_MARK if (profile, agent) in broken else "")
+                    for agent in summary.agents
+                ),
+            ]
+            for profile in profiles
+        ]
+        if len(groups) > 1:
+            lines += ["", f"**{title}**"]
+        lines += ["", *md_table(["profile", *map(md, summary.agents)], rows)]
+    return lines
+
+
+def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others)."""
+    stress = [p for p in profiles if p in STRESS_PROFILES]
+    rest = [p for p in profiles if p not in STRESS_PROFILES]
+    groups = [
+        ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
+        ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+    ]
+    return [(title, members) for title, members in groups if members]
+
+
+def interval(bounds: tuple[float, float]) -> str:
+    """A 95% interval in whole percent: low rounded down, high rounded up, so it never looks narrower."""
+    low, high = bounds
+    return f"{math.floor(100 * low + 1e-9)}-{math.ceil(100 * high - 1e-9)}%"
+
+
+def _intervals_section(summary: Summary) -> list[str]:
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            str(c.tasks),
+            percent(c.correct, c.tasks),
+            interval(c.success_interval),
+            percent(c.failed_silent, c.tasks),
+            interval(c.silent_interval),
+        ]
+        for c in summary.cells
+    ]
+    return [
+        "## Rates with 95% intervals",
+        "",
+        "Every rate of the success table with its Wilson score interval (95%), over the cell's task runs. "
+        "With trials, the runs of one task are not independent draws (the task is the same), so the interval "
+        "is narrower than it would be over as many distinct tasks; pass^k below is the measure across runs.",
+        "",
+        *md_table(["profile", "agent", "runs", "correct", "95% interval", "silent", "95% interval"], rows, 2),
+    ]
+
+
+def _trials_section(summary: Summary) -> list[str]:
+    trials = min((c.trials for c in summary.cells), default=1)
+    if trials < 2:
+        return []
+    ks = range(1, trials + 1)
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            str(c.distinct_tasks),
+            *(_share_with_interval(share, c.distinct_tasks) for share in c.pass_k),
+            *(_share_with_interval(share, c.distinct_tasks) for share in c.never_silent_k),
+        ]
+        for c in summary.cells
+    ]
+    return [
+        f"## Consistency over {trials} trials",
+        "",
+        "pass^k as tau-bench defines it (Yao et al. 2024): for each task, with c correct runs of n, the chance "
+        "C(c,k)/C(n,k) that k runs drawn from its n are all correct, averaged over tasks. pass^1 is the plain "
+        "success rate; a falling pass^k means an agent that copes on some runs of a task and not on others. "
+        "`never silent^k`: the same estimator for runs without a silent failure (the share of tasks that "
+        "would show no silent failure in k runs). In parentheses: a Wilson "
+        "95% interval over the cell's distinct tasks (an approximation: each task's share is not a coin flip).",
+        "",
+        *md_table(
+            ["profile", "agent", "tasks", *(f"pass^{k}" for k in ks), *(f"never silent^{k}" for k in ks)],
+            rows,
+            left_columns=2,
+        ),
+    ]
+
+
+def _share_with_interval(share: float, count: int) -> str:
+    return f"{100 * share:.0f}% ({interval(wilson_of(share, count))})"
+
+
+def wilson_of(share: float, count: int) -> tuple[float, float]:
+    """A Wilson interval for a share of ``count`` items that need not be a whole number of them."""
+    return wilson(round(share * count), count) if count else (0.0, 1.0)
+
+
+def _coping_section(summary: Summary) -> list[str]:
+    """Per cell, what its failures were: where each agent stops coping, and why."""
+    failing = [c for c in summary.cells if c.failed_detected or c.failed_silent]
+    lines = [
+        "## Where each agent stops coping",
+        "",
+        "Every cell with a failure: the share of tasks that ended correct, the failed_detected tasks by the "
+        "failure class that ended them (`circuit_open`: refused by the resilient agent's breaker; "
+        "`retry_budget`: its retry budget was spent; `protocol_error`, `timeout`, `malformed`, `tool_error`, "
+        "`stale`: the last attempt's failure; `task_crashed`: the task code broke on an answer), and the "
+        "failed_silent count.",
+        "",
+    ]
+    if not failing:
+        return [*lines, "No task failed."]
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent),
+            md(", ".join(f"{name} {count}" for name, count in c.failure_classes)) or "-",
+            percent(c.correct, c.tasks),
+            str(c.failed_silent),
+        ]
+        for c in failing
+    ]
+    return [*lines, *md_table(["profile", "agent", "failed_detected by class", "correct", "silent"], rows, 3)]
 
 
 def _maybe(cell: CellSummary | None, render: Callable[[CellSummary], str]) -> str:
     return "-" if cell is None else render(cell)
 
 
-def _counts_section(summary: Summary) -> list[str]:
-    rows = [[md(c.profile), md(c.agent), str(c.tasks), *(str(c.count(o)) for o in OUTCOMES)] for c in summary.cells]
-    return ["## Outcome counts", "", *md_table(["profile", "agent", "tasks", *OUTCOMES], rows, left_columns=2)]
+def _counts_section(summary: Summary, meta: ReportMeta) -> list[str]:
+    broken = _broken_cells(meta)
+    rows = [
+        [
+            md(c.profile),
+            md(c.agent) + (BROKEN_MARK if (c.profile, c.agent) in broken else ""),
+            str(c.tasks),
+            *(str(c.count(o)) for o in OUTCOMES),
+            str(c.touched_no_effect),
+        ]
+        for c in summary.cells
+    ]
+    return [
+        "## Outcome counts",
+        "",
+        "`touched, no effect`: success tasks that faults reached without changing what the client received "
+        "(a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated to "
+        "the drifted names, a renamed field the task never reads); they are counted under success, not recovered.",
+        "",
+        *md_table(["profile", "agent", "tasks", *OUTCOMES, "touched, no effect"], rows, left_columns=2),
+    ]
 
 
 def usd(cost: float | None) -> str:
@@ -355,9 +547,10 @@ def _recovery_section(summary: Summary) -> list[str]:
     lines = [
         "## Recovery time by fault type",
         "",
-        "Over recovered tasks: time from the first faulted attempt to the task's correct completion. A task "
-        "touched by several fault types counts once under each. Each cell is `median / p95 (n)`; `-` means "
-        "no recovered task. Percentiles interpolate linearly between closest ranks (numpy's default): "
+        "Over recovered tasks: time from the first attempt a fault affected to the task's correct completion. "
+        "A task counts under each fault type that affected it (not one that only touched it). "
+        "Each cell is `median / p95 (n)`; `-` means no recovered task. "
+        "Percentiles interpolate linearly between closest ranks (numpy's default): "
         "with the n times sorted, the p-th percentile sits at rank (n-1)*p/100, counting from 0.",
         "",
     ]

@@ -39,12 +39,13 @@ from opentelemetry.trace import (
 
 from mcpfault import __version__
 from mcpfault.analysis import traces
+from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
-from mcpfault.analysis.judge import TaskRun, judge
+from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import make_agent
-from mcpfault.harness.agents.tasks import TaskSpec, expected_answer, run_task
+from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
@@ -69,6 +70,7 @@ class SessionPlan:
     world_seed: int = 0
     proxy_seed: int | None = None  # None: the profile's own seed
     session: int = 0
+    trial: int = 0  # which of bench --trials K runs of its cell; written into every record
     deadline_s: float = 0.5
     era: Era = "legacy"
     proxy_summary: bool = False  # the proxy's fault table, in proxy.log
@@ -285,10 +287,12 @@ async def _run_tasks(
         result.records, result.join_mismatches = judged.records, judged.mismatches
         if usage is not None:
             result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
+        if plan.trial:
+            result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
         if judged.mismatches and result.error is None:
             result.error = (
-                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the trace join and the proxy's "
-                f"events disagree ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
+                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the "
+                f"proxy's events or the server's state ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
             )
     result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
 
@@ -354,7 +358,9 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
 @dataclass(frozen=True, slots=True)
 class Judged:
     records: list[TaskRecord]
-    mismatches: list[str]  # where the request-id join contradicts the trace join (empty without traces)
+    # Where the request-id join contradicts the trace join, or the server's spans its state file (empty
+    # without traces).
+    mismatches: list[str]
 
 
 def judge_session(
@@ -376,26 +382,50 @@ def judge_session(
         ) from None
     by_request = touches_by_task(attempts, faults_by_request(events))
     tasks = traces.task_traces(spans) if spans is not None else {}
-    touches = traces.touches(tasks) if spans is not None else by_request
+    touches = by_request
+    if spans is not None:
+        renamed = drift_renames(plan.profile)
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed) for r in runs}
+        touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
+    mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
     for run in runs:
         task = tasks.get(run.index)
-        records.append(
-            judge(
-                run,
-                expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag)),
-                state,
-                touches.get(run.index),
-                profile=plan.profile_name,
-                agent=plan.agent,
-                session=plan.session,
-                attempts=len(task.tool_calls) if task is not None else None,
-                retries=task.retries if task is not None else None,
-                trace_id=task.span.trace_id if task is not None else None,
-            )
+        expected = expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag))
+        record = judge(
+            run,
+            expected,
+            state,
+            touches.get(run.index),
+            profile=plan.profile_name,
+            agent=plan.agent,
+            session=plan.session,
+            attempts=len(task.tool_calls) if task is not None else None,
+            retries=task.retries if task is not None else None,
+            trace_id=task.span.trace_id if task is not None else None,
+            # Duplicates come from the server's spans (two incident-creating writes under one task), so
+            # the traces alone explain the silent failure; the state file is the cross-check.
+            duplicates=task.duplicates if task is not None else None,
         )
-    mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
+        from_state = check_answer(run, expected, state).duplicates
+        if task is not None and record.duplicates != from_state:
+            mismatches.append(
+                f"task {run.index}: {record.duplicates} duplicate(s) in the server's spans, {from_state} in its state"
+            )
+        records.append(record)
     return Judged(records, mismatches)
+
+
+def drift_renames(profile_path: Path) -> dict[str, frozenset[str]]:
+    """Schema-drift rule name -> the result fields it renames (old names), from the session's profile."""
+    from mcpfault.faults import profile
+
+    loaded = profile.load(profile_path)
+    return {
+        rule.name: frozenset(rule.fault.rename_fields or {})
+        for rule in loaded.rules
+        if rule.type_name == "schema_drift" and hasattr(rule.fault, "rename_fields")
+    }
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

@@ -205,6 +205,7 @@ TASK_OUTCOME: Final = "mcpfault.task.outcome"  # success, recovered, failed_dete
 ATTEMPT: Final = "mcpfault.attempt"  # 1 for a call's first try, 2 for its first retry, ...
 BACKOFF_S: Final = "mcpfault.backoff_s"  # seconds slept before this attempt
 FAILURE: Final = "mcpfault.failure"  # the client's failure class (timeout, malformed, ...), absent when ok
+RESULT_AS_OF: Final = "mcpfault.result.as_of"  # the revision an answer says it was computed at, when it says
 
 # --- the mock server's writes: one span event per accepted write call ----------------------------
 EVENT_STATE_CHANGE: Final = "mcpfault.state_change"

@@ -12,10 +12,9 @@
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -133,27 +132,49 @@ class RetryOnly(Agent):
         return delay_s
 
 
+BreakerState = Literal["closed", "open", "half_open"]
+
+
 @dataclass
 class Breaker:
-    """Opens after ``threshold`` consecutive failures; after ``cooldown_s`` lets one probe through."""
+    """Closed, open, half-open; the cooldown is counted in calls refused, not in wall time.
+
+    Closed: every attempt goes through; ``threshold`` consecutive failures open it. Open: the next
+    ``cooldown_calls`` attempts are refused without a request (each fails fast with circuit_open),
+    then it turns half-open. Half-open: exactly one attempt, the probe, goes through; its success
+    closes the breaker, its failure opens it again for another cooldown.
+
+    Why calls and not seconds: a wall-clock cooldown lets how fast refused tasks fail decide how
+    many fail (after a 10-request outage a 0.5 s cooldown refused 15 tasks in 12.5 ms without one
+    request). Counted in calls, the breaker refuses a fixed number per opening, then must send a
+    probe: the outcome depends on the request sequence only, as the seeded faults do.
+    """
 
     threshold: int = 10
-    cooldown_s: float = 0.5
-    clock: Callable[[], float] = time.monotonic
-    failures: int = 0
-    opened_at: float | None = None
+    cooldown_calls: int = 2
+    failures: int = 0  # consecutive, while closed
+    refused: int = 0  # attempts refused in the current opening
+    state: BreakerState = "closed"
 
     def check(self) -> None:
-        if self.opened_at is not None and self.clock() - self.opened_at < self.cooldown_s:
-            raise CircuitOpen(f"circuit open after {self.failures} consecutive failures")
+        """Before an attempt: raises CircuitOpen when the attempt must not be sent."""
+        if self.state == "open":
+            if self.refused < self.cooldown_calls:
+                self.refused += 1
+                raise CircuitOpen(
+                    f"circuit open after {self.failures} consecutive failures "
+                    f"(refused {self.refused} of {self.cooldown_calls} before a probe)"
+                )
+            self.state = "half_open"  # this attempt is the probe
 
     def record(self, ok: bool) -> None:
+        """After an attempt that was sent."""
         if ok:
-            self.failures, self.opened_at = 0, None
-        else:
-            self.failures += 1
-            if self.failures >= self.threshold:
-                self.opened_at = self.clock()
+            self.state, self.failures, self.refused = "closed", 0, 0
+            return
+        self.failures += 1
+        if self.state == "half_open" or self.failures >= self.threshold:
+            self.state, self.refused = "open", 0
 
 
 @dataclass

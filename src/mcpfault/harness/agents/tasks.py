@@ -106,6 +106,18 @@ async def open_incident(tools: Tools, spec: TaskSpec) -> dict[str, str]:
     return {"incident_id": opened["incident_id"]}
 
 
+# The result fields each workflow's code reads, per tool: a drift that renames any other field changes
+# nothing the task uses (analysis.effects). Kept beside the code it describes; a test checks it.
+FIELDS_READ: dict[str, dict[str, frozenset[str]]] = {
+    "site_triage": {"list_devices": frozenset({"devices", "device_id"}), "get_device_status": frozenset({"status"})},
+    "interface_check": {
+        "get_interface_metrics": frozenset({"interfaces", "name", "oper_status", "utilization_pct", "errors_per_min"})
+    },
+    "maintenance_roundtrip": {"get_device_status": frozenset({"maintenance", "enabled", "reason"})},
+    "open_incident": {"open_incident": frozenset({"incident_id"})},
+}
+
+
 _WORKFLOW_CODE = {
     "site_triage": site_triage,
     "interface_check": interface_check,

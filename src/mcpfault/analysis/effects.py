@@ -1,0 +1,66 @@
+"""Touched or affected: did a fault change what the client received?
+
+A fault *touches* a request when the proxy applied it; it *affects* the request when the client
+received something other than what it would have without the fault:
+
+- a lost response (timeout) or a delay past the client's deadline (latency): the client got nothing
+  in time, which its attempt records as a failure; a delay within the deadline changed nothing;
+- an error or a corrupted answer (error, malformed): always;
+- a stale answer: when it differs from the fresh one, i.e. the server's state changed since the
+  replayed answer was computed (the mock stamps every answer with the revision it was computed at,
+  ``as_of``, and every write's span event carries the revision after it);
+- a schema drift: a call rejected for its old argument names; a result with renamed fields that the
+  task's code reads. A call the proxy translated to the server's names (``rename_args``) reached the
+  server as the client meant it, and its answer came back unchanged.
+
+Anything else the proxy did (HTTP faults, a fault type this module does not know) counts as affecting:
+when in doubt a fault is said to have had an effect, so "touched, no effect" is never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    """What the judge knows of one request, from the client's side and the server's."""
+
+    tool: str | None = None
+    failed: bool = False  # the client got no usable answer (its attempt has a failure class)
+    as_of: int | None = None  # the revision the answer was computed at, when it carried one
+    revision: int | None = None  # the server's revision when the request was sent; None: no write yet
+    server_seen: bool = False  # whether the server's spans are known (None above then means "no write yet")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReads:
+    """What a task's code reads, and what each drift rule renames: what decides a drift's effect."""
+
+    fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # tool -> result fields the code reads
+    renamed_fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # drift rule -> old field names
+
+
+def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, reads: TaskReads | None) -> bool:
+    """Whether one fault the proxy applied to a request changed what the client received."""
+    if fault_type in ("timeout", "latency"):
+        return attempt.failed
+    if fault_type == "stale":
+        if attempt.failed:
+            return True
+        if attempt.as_of is None or not attempt.server_seen:
+            return True  # no revision to compare: cannot show the replay was the fresh answer
+        if attempt.revision is None:
+            return False  # no write before it: the world is as generated, the old answer is the fresh one
+        return attempt.as_of != attempt.revision
+    if fault_type == "schema_drift":
+        if attempt.failed:
+            return True  # rejected for its old argument names, or the answer broke the client
+        if mode == "rename_args":
+            return False  # translated: the server got the call as meant, the answer came back as sent
+        renamed = reads.renamed_fields.get(rule or "") if reads is not None else None
+        if renamed is None or reads is None or attempt.tool is None:
+            return True
+        return bool(renamed & reads.fields.get(attempt.tool, frozenset()))
+    return True

@@ -1,0 +1,159 @@
+"""Touched apart from affected: a task is recovered only when a fault changed what its client received."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcpfault.analysis.effects import AttemptView, TaskReads, affects
+from mcpfault.analysis.records import TaskRecord
+from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec
+from mcpfault.harness.session import SessionPlan, run_session
+from mcpfault.mock.world import World
+from tests.conftest import write_profile
+
+WORLD = World.generate(0)
+DEVICE = WORLD.device_ids()[0]
+SITE = WORLD.site_ids()[0]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_which_faults_change_what_the_client_received():
+    ok, failed = AttemptView(tool="get_device_status", server_seen=True), AttemptView(failed=True)
+    assert not affects("latency", "delay", None, ok, None)  # within the deadline
+    assert affects("latency", "delay", None, failed, None)  # past it
+    assert affects("timeout", "drop", None, failed, None)
+    assert affects("error", "protocol", None, ok, None) and affects("malformed", "truncate", None, ok, None)
+    fresh = AttemptView(as_of=3, revision=3, server_seen=True)
+    assert not affects("stale", "oldest", None, fresh, None)
+    assert affects("stale", "oldest", None, AttemptView(as_of=2, revision=3, server_seen=True), None)
+    assert not affects("stale", "oldest", None, AttemptView(as_of=1, revision=None, server_seen=True), None)
+    assert affects("stale", "oldest", None, AttemptView(as_of=1), None)  # no server spans: cannot tell
+    assert not affects("schema_drift", "rename_args", "r", ok, None)  # translated by the proxy
+    assert affects("schema_drift", "rename_args", "r", failed, None)  # rejected
+    reads = TaskReads(FIELDS_READ["maintenance_roundtrip"], {"r": frozenset({"status"})})
+    assert not affects("schema_drift", "rename_fields", "r", ok, reads)  # a field the task never reads
+    triage = TaskReads(FIELDS_READ["site_triage"], {"r": frozenset({"status"})})
+    assert affects("schema_drift", "rename_fields", "r", ok, triage)
+    assert affects("schema_drift", "rename_fields", "r", ok, None)  # unknown renames: assume it mattered
+    assert affects("reset", "after", None, ok, None)  # a fault this module does not know
+
+
+def session(tmp_path: Path, profile: Path, agent: str, specs: list[TaskSpec]) -> list[TaskRecord]:
+    plan = SessionPlan(
+        profile=profile, profile_name=profile.stem, agent=agent, tasks=tuple(specs), out_dir=tmp_path / agent
+    )
+
+    async def main() -> list[TaskRecord]:
+        with anyio.fail_after(60):
+            result = await run_session(plan, WORLD)
+        assert result.error is None, result.error
+        return result.records
+
+    records: list[TaskRecord] = anyio.run(main)
+    return records
+
+
+def checks(count: int, workflow: str = "interface_check", target: str = DEVICE) -> list[TaskSpec]:
+    return [TaskSpec(i, workflow, target, f"task-e-{i}") for i in range(count)]
+
+
+@pytest.mark.slow
+def test_a_delay_within_the_deadline_touches_naive_without_recovering_it(tmp_path: Path):
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "latency"\ndelay_s = 0.05\n')
+    records = session(tmp_path, profile, "naive", checks(2))
+    assert [(r.outcome, r.touched_no_effect, r.fault_types, r.affected_types) for r in records] == [
+        ("success", True, ("latency",), ()),
+    ] * 2
+    assert all(r.recovery_s is None for r in records)
+
+
+@pytest.mark.slow
+def test_a_stale_answer_equal_to_the_fresh_one_has_no_effect(tmp_path: Path):
+    # No write happens in between: the cached answer is the one the server would give again.
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "stale"\nafter = 1\nlimit = 1\n')
+    records = session(tmp_path, profile, "naive", checks(2))
+    assert records[1].fault_types == ("stale",)
+    assert (records[1].outcome, records[1].touched_no_effect) == ("success", True)
+
+
+@pytest.mark.slow
+def test_a_drift_on_a_field_the_task_never_reads_has_no_effect(tmp_path: Path):
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "schema_drift"\nrename_fields = { status = "state" }\n')
+    roundtrip = session(tmp_path, profile, "naive", checks(1, "maintenance_roundtrip"))[0]
+    assert (roundtrip.outcome, roundtrip.touched_no_effect, roundtrip.affected_types) == ("success", True, ())
+    triage = session(tmp_path / "t", profile, "naive", checks(1, "site_triage", SITE))[0]
+    assert triage.affected_types == ("schema_drift",)  # site_triage reads status: renamed away
+    assert triage.outcome in ("recovered", "failed_silent")
+
+
+@pytest.mark.slow
+def test_drift_input_translated_calls_do_not_count_as_recoveries(tmp_path: Path):
+    # The 4th call is rejected for its old argument name; the resilient agent reconciles, and from then
+    # on the proxy translates every call: touched, never affected.
+    records = session(tmp_path, ROOT / "profiles" / "drift_input.toml", "resilient", checks(6))
+    assert [r.outcome for r in records] == ["success"] * 3 + ["recovered"] + ["success"] * 2
+    assert [r.touched_no_effect for r in records] == [False] * 4 + [True] * 2
+    assert records[3].affected_types == ("schema_drift",)
+
+
+@pytest.mark.slow
+def test_recovery_time_runs_from_the_first_affecting_fault(tmp_path: Path):
+    # A delay within the deadline on the first call, then the second call's answer is lost and retried.
+    profile = write_profile(
+        tmp_path,
+        '[[faults]]\ntype = "latency"\ndelay_s = 0.3\nlimit = 1\n\n'
+        '[[faults]]\ntype = "timeout"\nafter = 1\nlimit = 1\n',
+    )
+    (record,) = session(tmp_path, profile, "resilient", checks(1, "site_triage", SITE))
+    assert record.outcome == "recovered" and record.fault_types == ("latency", "timeout")
+    assert record.affected_types == ("timeout",)
+    assert record.recovery_s is not None and record.recovery_s < record.duration_s - 0.25
+
+
+class Reads(dict[str, object]):
+    """A result that notes every key the task code reads from it, at any depth."""
+
+    def __init__(self, data: dict[str, object], seen: set[str]) -> None:
+        super().__init__({k: wrap(v, seen) for k, v in data.items()})
+        self._seen = seen
+
+    def __getitem__(self, key: str) -> object:
+        self._seen.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: object = None) -> object:
+        self._seen.add(key)
+        return super().get(key, default)
+
+
+def wrap(value: object, seen: set[str]) -> object:
+    if isinstance(value, dict):
+        return Reads(value, seen)
+    if isinstance(value, list):
+        return [wrap(v, seen) for v in value]
+    return value
+
+
+def test_fields_read_lists_exactly_what_each_workflows_code_reads():
+    from mcpfault.harness.agents.tasks import WORKFLOWS, plan_tasks, run_task
+
+    world = World.generate(0)
+    for workflow in WORKFLOWS:
+        seen: dict[str, set[str]] = {}
+
+        class Tools:
+            def __init__(self, seen: dict[str, set[str]]) -> None:
+                self.seen = seen
+
+            async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+                answer = getattr(world, tool)(**{k: v for k, v in arguments.items() if k != "idempotency_key"})
+                return wrap(answer, self.seen.setdefault(tool, set()))
+
+        for spec in plan_tasks(world, 8, 0, workflows=(workflow,)):
+            anyio.run(run_task, Tools(seen), spec)
+        assert {tool: frozenset(keys) for tool, keys in seen.items() if keys} == FIELDS_READ[workflow], workflow
