@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
+from mcpfault.faults.catalog import CATALOG
 
 PROFILE_ORDER = (
     "baseline",
@@ -20,7 +21,7 @@ PROFILE_ORDER = (
     "mixed",
 )
 AGENT_ORDER = ("naive", "retry-only", "resilient")
-FAULT_TYPE_ORDER = ("timeout", "latency", "error", "malformed", "stale", "schema_drift")
+FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"
 UNKNOWN_FAULT = "(unknown)"
 

@@ -30,6 +30,8 @@ class Catalog:
             raise ValueError(f"fault type {name!r} is registered twice: {self._types[name]!r} and {fault_type!r}")
         if not callable(getattr(fault_type, "plan", None)):
             raise TypeError(f"fault type {name!r} ({fault_type!r}) has no plan(call, rng, ctx) method")
+        if not isinstance(getattr(fault_type, "event_name", None), str) or not fault_type.MODES:
+            raise TypeError(f"fault type {name!r} ({fault_type!r}) needs an event_name and at least one of MODES")
         self._types[name] = fault_type
 
     def get(self, name: str) -> type[Fault] | None:
@@ -37,6 +39,10 @@ class Catalog:
 
     def names(self) -> list[str]:
         return sorted(self._types)
+
+    def in_order(self) -> tuple[str, ...]:
+        """The type names in the order they were registered: how tables and reports list them."""
+        return tuple(self._types)
 
     def __iter__(self) -> Iterator[type[Fault]]:
         return iter(self._types.values())
@@ -48,8 +54,8 @@ for _fault_type in (
     Latency,
     Error,
     Malformed,
-    SchemaDrift,
     Stale,
+    SchemaDrift,
     HttpStatus,
     Reset,
     StreamCut,

@@ -18,7 +18,16 @@ from typing import Any
 
 import orjson
 
-from mcpfault.faults.base import STDIO, Call, Delivery, HttpAction, HttpFailure, Injection, PlanContext, ResponseStep
+from mcpfault.faults.base import (
+    STDIO,
+    Call,
+    Delivery,
+    HttpBehaviour,
+    Injection,
+    PlanContext,
+    ProcessBehaviour,
+    ResponseStep,
+)
 from mcpfault.faults.profile import Profile, Rule
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
 
@@ -30,6 +39,7 @@ class Applied:
     rule: str
     type_name: str
     mode: str
+    event: str  # the span event it leaves on the proxy's span (the fault type's ``event_name``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +51,21 @@ class Decision:
     upstream_request: Mapping[str, Any] | None = None
     steps: tuple[ResponseStep, ...] = ()
     notify: tuple[Mapping[str, Any], ...] = ()
-    http: HttpAction | None = None
+    http: HttpBehaviour | None = None
+    process: ProcessBehaviour | None = None
 
     @property
     def contacts_upstream(self) -> bool:
-        return self.reply is None and (self.http is None or self.http.upstream)
+        if self.reply is not None:
+            return False
+        if self.process is not None and self.process.before_request:
+            return False
+        return self.http is None or self.http.reaches_server
 
     @property
     def added_delay_s(self) -> float:
         """Delay the transport adds before the first byte (not part of ``deliver``)."""
-        http = self.http
-        return http.delay_s if http is not None and http.failure is HttpFailure.FIRST_BYTE else 0.0
+        return self.http.first_byte_delay_s if self.http is not None else 0.0
 
     def deliver(self, data: bytes) -> Delivery:
         """Run ``data`` (the server's response, or the reply) through every response step."""
@@ -67,6 +81,8 @@ class Decision:
 
 PASS = Decision()
 MAX_CACHED_TOOLS = 1024
+# What a time-triggered rule's fault plans for: no request triggered it.
+TIMER = Call(method="mcpfault/timer", request_id=None, params={}, body={})
 
 
 @dataclass(slots=True)
@@ -76,6 +92,7 @@ class _RuleState:
     matched: int = 0
     injected: int = 0
     active: bool = False  # a persistent fault that has fired
+    timed_out: bool = False  # a time-triggered rule that has fired (it fires once)
 
 
 @dataclass(slots=True)
@@ -119,19 +136,27 @@ class Engine:
     own RNG, the others decide exactly as they would with them.
     """
 
-    def __init__(self, profile: Profile, *, transport: str = STDIO, in_session: bool = False) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        transport: str = STDIO,
+        in_session: bool = False,
+        owns_process: bool | None = None,
+    ) -> None:
         self.profile = profile
         self.transport = transport
         self._in_session = in_session
-        self._states = [
-            _RuleState(rule, Random(f"{profile.seed}:{rule.index}"))
-            for rule in profile.rules
-            if transport in rule.fault.transports
-        ]
+        # The stdio proxy always starts its server; an HTTP proxy only with a command after '--'.
+        self.owns_process = transport == STDIO if owns_process is None else owns_process
+        carried = [rule for rule in profile.rules if _carried(rule, transport, self.owns_process)]
+        self._states = [_RuleState(rule, Random(f"{profile.seed}:{rule.index}")) for rule in carried]
+        self._timed = [s for s in self._states if _time_triggered(s.rule)]
+        self._states = [s for s in self._states if not _time_triggered(s.rule)]
         self._by_tool: dict[str, list[_RuleState]] = {}
         self._handshake_rules = [s for s in self._states if s.rule.fault.handshake is not None]
-        depths = [getattr(s.rule.fault, "history", 8) for s in self._states if s.rule.fault.needs_history]
-        self._history = ResponseHistory(depth=max(depths)) if depths else None
+        depths = [s.rule.fault.history_depth() for s in self._states]
+        self._history = ResponseHistory(depth=max(depths)) if any(depths) else None
         self._methods = frozenset(m for s in self._states for m in s.rule.fault.targets | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if self._states else frozenset()
         )
@@ -145,7 +170,9 @@ class Engine:
         """False when no rule can act on ``method``: the request crosses untouched."""
         return method in self._methods
 
-    def decide(self, call: Call) -> Decision:
+    def decide(self, call: Call, elapsed_s: float = 0.0) -> Decision:
+        """What happens to ``call``; ``elapsed_s`` is the seconds since the proxy started (the
+        transport's clock, so the engine reads none)."""
         if call.method not in self._methods:
             return PASS
         if call.method in HANDSHAKE_METHODS:
@@ -162,6 +189,8 @@ class Engine:
                 continue
             if call.method not in fault.targets:
                 continue
+            if rule.start_after_s is not None and elapsed_s < rule.start_after_s:
+                continue  # not yet in force: the request is not counted, as if the rule did not exist yet
             state.matched += 1
             if state.matched > rule.after and (rule.limit is None or state.injected < rule.limit):
                 eligible.append(state)
@@ -192,6 +221,28 @@ class Engine:
                 break
         return _combine(persistent, chosen)
 
+    def due(self, elapsed_s: float) -> list[Decision]:
+        """The time-triggered rules (process faults with ``start_after_s``) that fire now, each once."""
+        decisions = []
+        for state in self._timed:
+            start = state.rule.start_after_s
+            if state.timed_out or start is None or elapsed_s < start:
+                continue
+            state.timed_out = True
+            state.matched += 1
+            if not self._roll(state):
+                continue
+            injection = state.rule.fault.plan(TIMER, state.rng, self._context(state.rule))
+            if injection is not None:
+                state.injected += 1
+                decisions.append(_combine([], (state, injection)))
+        return decisions
+
+    def next_due_s(self) -> float | None:
+        """When the next time-triggered rule is due (seconds since the proxy started); None: never."""
+        pending = [s.rule.start_after_s for s in self._timed if not s.timed_out and s.rule.start_after_s is not None]
+        return min(pending) if pending else None
+
     def _states_for(self, tool: str) -> list[_RuleState]:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
@@ -214,7 +265,7 @@ class Engine:
         for state in self._handshake_rules:
             step = state.rule.fault.handshake(call)
             if step is not None:
-                applied.append(Applied(state.rule.name, state.rule.type_name, "advertise"))
+                applied.append(Applied(state.rule.name, state.rule.type_name, "advertise", state.rule.fault.event_name))
                 steps.append(step)
         return Decision(applied=tuple(applied), steps=tuple(steps)) if applied else PASS
 
@@ -229,23 +280,43 @@ class Engine:
 
     def counters(self) -> list[tuple[str, int, int]]:
         """(rule, matched, injected) for each rule."""
-        return [(s.rule.name, s.matched, s.injected) for s in self._states]
+        return [(s.rule.name, s.matched, s.injected) for s in self._states + self._timed]
 
 
-def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:
-    """The rules of ``profile`` that never fire on ``transport`` (an HTTP fault behind stdio)."""
-    return [rule for rule in profile.rules if transport not in rule.fault.transports]
+def rules_not_carried(profile: Profile, transport: str, *, owns_process: bool | None = None) -> list[Rule]:
+    """The rules of ``profile`` that never fire on ``transport`` (an HTTP fault behind stdio, a process
+    fault in front of a server the proxy did not start)."""
+    owns = transport == STDIO if owns_process is None else owns_process
+    return [rule for rule in profile.rules if not _carried(rule, transport, owns)]
+
+
+def _carried(rule: Rule, transport: str, owns_process: bool) -> bool:
+    return transport in rule.fault.transports and (owns_process or not rule.fault.needs_process)
+
+
+def _time_triggered(rule: Rule) -> bool:
+    """A process fault with ``start_after_s`` fires once at that time, not on a request."""
+    return rule.fault.needs_process and rule.start_after_s is not None
 
 
 def _combine(persistent: list[tuple[_RuleState, Injection]], chosen: tuple[_RuleState, Injection] | None) -> Decision:
     if not persistent and chosen is None:
         return PASS
     parts = [*persistent, *([chosen] if chosen else [])]
-    applied = tuple(Applied(s.rule.name, s.rule.type_name, i.mode) for s, i in parts)
+    applied = tuple(Applied(s.rule.name, s.rule.type_name, i.mode, s.rule.fault.event_name) for s, i in parts)
     reply = next((i.reply for _, i in parts if i.reply is not None), None)
     upstream = next((i.upstream_request for _, i in parts if i.upstream_request is not None), None)
     # The server's (or the stale cache's) answer gets the drift's names first, then the chosen fault.
     steps = tuple(i.response for _, i in parts if i.response is not None)
     notify = tuple(n for _, i in parts for n in i.notify)
     http = next((i.http for _, i in parts if i.http is not None), None)
-    return Decision(applied=applied, reply=reply, upstream_request=upstream, steps=steps, notify=notify, http=http)
+    process = next((i.process for _, i in parts if i.process is not None), None)
+    return Decision(
+        applied=applied,
+        reply=reply,
+        upstream_request=upstream,
+        steps=steps,
+        notify=notify,
+        http=http,
+        process=process,
+    )

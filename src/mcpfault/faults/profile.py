@@ -14,15 +14,15 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from mcpfault.errors import Problem, ProfileError
 from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
-GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit")
-TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
+GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit", "start_after_s")
+TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server")
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !
 _GLOB_CHARS = re.compile(r"^[A-Za-z0-9_.\-/*?\[\]!]+$")
 
@@ -37,7 +37,26 @@ class Rule:
     probability: float = 1.0
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
+    # Seconds after the proxy starts before the rule is in force; a process fault fires once then.
+    start_after_s: float | None = None
     matches_tool: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The ``[server]`` table: how the proxy supervises a server it started (proxy/supervisor.py)."""
+
+    type_name: ClassVar[str] = "[server]"  # how settings' messages name the table
+
+    # never: a death ends the proxy, as without it; on-crash: restart after a crash (a signal, or an
+    # exit status other than 0); always: after any exit the proxy did not ask for.
+    restart: Literal["never", "on-crash", "always"] = "never"
+    restart_delay_s: float = settings.bounded(0.5, min=0.0, max=3600.0)
+    max_restarts: int = settings.bounded(5, min=0, max=1_000_000)
+    # After a restart, re-send the client's initialize and notifications/initialized (2025-11-25 era).
+    replay_handshake: bool = True
+    # How long requests that arrive while the server is down wait for it, before an error answers them.
+    hold_s: float = settings.bounded(10.0, min=0.0, max=3600.0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,7 @@ class Profile:
     rules: tuple[Rule, ...]
     source: str = "<memory>"
     description: str = ""
+    server: ServerSettings = ServerSettings()
 
 
 def load(path: str | Path, catalog: Catalog = CATALOG) -> Profile:
@@ -95,6 +115,14 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         top("faults", "expected an array of tables: write each rule under [[faults]]")
         raw_rules = []
 
+    server = ServerSettings()
+    raw_server = document.get("server", {})
+    if not isinstance(raw_server, dict):
+        top("server", "expected a table: write it as [server] with keys restart, restart_delay_s, ...")
+    else:
+        decoded = settings.decode(ServerSettings, raw_server, lambda key, message: top(f"server.{key}", message))
+        server = decoded if decoded is not None else server
+
     rules: list[Rule] = []
     seen_names: dict[str, int] = {}
     for index, raw in enumerate(raw_rules):
@@ -115,7 +143,7 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         rules.append(rule)
     if problems:
         raise ProfileError(problems)
-    return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description)
+    return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description, server=server)
 
 
 def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Problem]) -> Rule | None:
@@ -146,6 +174,11 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         report("probability", f"{probability} is outside [0, 1]; use a number from 0 to 1")
     after = _count(raw.get("after", 0), "after", report, allow_none=False)
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
+    start_after_s = raw.get("start_after_s")
+    if start_after_s is not None and (
+        not isinstance(start_after_s, int | float) or isinstance(start_after_s, bool) or start_after_s < 0
+    ):
+        report("start_after_s", f"got {start_after_s!r}; expected seconds >= 0 after the proxy starts")
 
     fault = None
     if fault_type is not None:
@@ -162,6 +195,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         probability=float(probability),
         after=int(after or 0),
         limit=limit,
+        start_after_s=float(start_after_s) if start_after_s is not None else None,
         matches_tool=_matcher(tools),
     )
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
-from mcpfault.faults.base import Call, Delivery, HttpAction, HttpFailure
+from mcpfault.faults.base import Call, Delivery, HttpBehaviour, ProcessBehaviour
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
@@ -33,7 +33,8 @@ MAX_OBSERVED_SERVER_REQUESTS = 4096
 
 
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
-_UNTIMED = frozenset({"upstream_exited", "cancelled", "upstream_unreachable", "reset", "stream_cut"})
+# (What an HTTP fault gives the client in place of the answer is untimed too: see ``_record``.)
+_UNTIMED = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstream_unreachable"})
 
 
 class To(enum.Enum):
@@ -47,7 +48,8 @@ class Emit(NamedTuple):
     to: To
     data: bytes
     delay_s: float = 0.0
-    http: HttpAction | None = None  # a failure of the HTTP exchange this belongs to (HTTP transports)
+    http: HttpBehaviour | None = None  # how a fault acts on the HTTP exchange this belongs to (HTTP transports)
+    process: ProcessBehaviour | None = None  # what a fault does to the server process (transports that own it)
 
 
 class InFlight(NamedTuple):
@@ -132,6 +134,8 @@ class ProxyCore:
         self._server_requests: dict[tuple[bool, object], InFlight] = {}  # observed only, bounded by the peer
         self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
+        self._started = clock()
+        self.generation = 0  # the server's restarts so far (a supervisor's count)
 
     # -- client to server ---------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class ProxyCore:
             self._track(InFlight(body, PASS, self._clock()))
             return [Emit(To.SERVER, line)]
         call = Call.from_body(body)
-        decision = self.engine.decide(call) if self.engine.cares_about(method) else PASS
+        decision = self.engine.decide(call, self._clock() - self._started) if self.engine.cares_about(method) else PASS
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
@@ -166,9 +170,16 @@ class ProxyCore:
         tokens = tuple([o.started(call, decision, started) for o in self._observers])
         pending = InFlight(body, decision, started, tokens, parsed=call)
         http = decision.http
-        if http is not None and not http.upstream:
+        if http is not None and not http.reaches_server:
             self._record(pending, Delivery(None), upstream_contacted=False, received=http.received)
             emits.append(Emit(To.CLIENT, b"", http=http))
+            return emits
+        process = decision.process
+        if process is not None and process.before_request:
+            # The server dies (or stops) before it sees the request: it waits here, and is answered
+            # as every request in flight is when the server's fate is known.
+            self._track(InFlight(body, decision, started, tokens, parsed=call))
+            emits.append(Emit(To.SERVER, b"", process=process))
             return emits
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
@@ -180,7 +191,7 @@ class ProxyCore:
         if self._propagate:
             upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
         upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
-        emits.append(Emit(To.SERVER, upstream, http=http))
+        emits.append(Emit(To.SERVER, upstream, http=http, process=process))
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
 
@@ -271,7 +282,7 @@ class ProxyCore:
             self.era.observe_handshake_result(call.method, body.get("result"))
         if self._watch_responses:
             self.engine.observe_response(call, line, body)
-        if decision.http is not None and decision.http.failure is HttpFailure.RESET:
+        if decision.http is not None and decision.http.loses_answer:
             self._record(pending, Delivery(None), upstream_contacted=True, received=decision.http.received)
             return []  # the server acted; the connection drops before its answer leaves
         if not decision.steps:
@@ -359,14 +370,14 @@ class ProxyCore:
             received, error_code = classify(b"", call.request_id, body)  # the client's answer, already parsed
         elif received is None:
             received, error_code = classify(delivery.data, call.request_id, body)
-        elif received == "upstream_exited":
+        elif received in ("upstream_exited", "server_restarted"):
             error_code = jsonrpc.UPSTREAM_UNAVAILABLE
         delay_s = delivery.delay_s + decision.added_delay_s
         if decision.applied:
             self.stats.received[received] += 1
         if self._observers:
             now = self._clock()
-            if received in _UNTIMED:
+            if received in _UNTIMED or (decision.http is not None and received == decision.http.received):
                 added_s: float | None = None
             elif upstream_contacted:
                 added_s = pending.handled_s + (now - self._response_arrived)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, TextIO
 
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
 from mcpfault.proxy.core import Stats
@@ -34,7 +35,9 @@ def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO) -> None:
     matched = {name: count for name, count, _ in engine.counters()}
     for (rule, type_name, mode), count in sorted(stats.faults.items()):
         seen = matched.get(rule, 0)
-        share = f"{100 * count / seen:.0f}%" if seen and type_name != "schema_drift" else "-"
+        fault_type = CATALOG.get(type_name)
+        # A persistent fault applies to every call once in force: a share of matched would mislead.
+        share = f"{100 * count / seen:.0f}%" if seen and fault_type is not None and not fault_type.persistent else "-"
         table.add_row(rule, type_name, mode, str(count), share)
     if not stats.faults:
         table.add_row("(none)", "-", "-", "0", "-")
