@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,7 +89,8 @@ def _proxy(args: argparse.Namespace) -> int:
     from mcpfault.faults.engine import Engine, rules_not_carried
     from mcpfault.proxy import summary
     from mcpfault.proxy.core import ProxyCore
-    from mcpfault.proxy.stdio import Lifecycle, run_stdio
+    from mcpfault.proxy.stdio import Lifecycle, run_stdio, server_observers
+    from mcpfault.proxy.supervisor import Supervisor
     from mcpfault.telemetry.logging import configure
 
     configure(args.log_level, args.log_format)
@@ -101,19 +103,30 @@ def _proxy(args: argparse.Namespace) -> int:
         raise UsageError(f"--shutdown-timeout {args.shutdown_timeout} is negative; give seconds >= 0")
     loaded = _proxy_profile(args)
     engine = Engine(loaded)
-    for rule in rules_not_carried(loaded, "stdio"):
-        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
+    _say_not_carried(rules_not_carried(loaded, "stdio"), owns_process=True)
     events = _proxy_events(args)
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
+    supervisor = Supervisor(command, loaded.server, observers=server_observers(core))
+    lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
     with _flushed_at_exit(events, telemetry):
-        status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
+        status = anyio.run(functools.partial(run_stdio, command, core, lifecycle, supervisor=supervisor))
     if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr)
+        summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
     return status
+
+
+def _say_not_carried(rules: list[Any], *, owns_process: bool) -> None:
+    """Name each rule that cannot fire here, and why (said at start, so nobody waits for it)."""
+    for rule in rules:
+        if rule.fault.needs_process and not owns_process:
+            why = "acts on the server process, which the proxy did not start (give the command after '--')"
+        else:
+            why = "acts on HTTP only"
+        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) {why}; not here", file=sys.stderr)
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -180,6 +193,10 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             f"in the {http.TOKEN_HEADER} header, or listen on 127.0.0.1"
         )
     loaded = _proxy_profile(args)
+    from mcpfault.faults.engine import rules_not_carried
+
+    # A stdio server behind the bridge is not supervised yet: process rules are named as not carried.
+    _say_not_carried(rules_not_carried(loaded, "http", owns_process=False), owns_process=False)
     events = _proxy_events(args)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mcpfault.faults.base import Fault
+from mcpfault.faults.cpu_starve import CpuStarve
+from mcpfault.faults.crash import Crash
 from mcpfault.faults.error import Error
 from mcpfault.faults.http_first_byte import FirstByteLatency
 from mcpfault.faults.http_reset import Reset
@@ -13,8 +15,10 @@ from mcpfault.faults.http_status import HttpStatus
 from mcpfault.faults.http_stream_cut import StreamCut
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.malformed import Malformed
+from mcpfault.faults.oom_kill import OomKill
 from mcpfault.faults.schema_drift import SchemaDrift
 from mcpfault.faults.stale import Stale
+from mcpfault.faults.stall import Stall
 from mcpfault.faults.timeout import Timeout
 
 
@@ -61,5 +65,9 @@ for _fault_type in (
     StreamCut,
     SessionExpired,
     FirstByteLatency,
+    Crash,
+    Stall,
+    CpuStarve,
+    OomKill,
 ):
     CATALOG.register(_fault_type)

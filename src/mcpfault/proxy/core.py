@@ -80,6 +80,7 @@ class Finished(NamedTuple):
     delay_s: float
     protocol_version: str | None
     added_s: float | None  # the proxy's own handling time, both ways; None when it means nothing (exit, cancel)
+    generation: int | None = None  # the server's restarts before the request arrived; None: not supervised
 
 
 class RequestObserver(Protocol):
@@ -135,7 +136,16 @@ class ProxyCore:
         self._watch_responses = engine.wants_responses
         self._opaque_logged: set[To] = set()
         self._started = clock()
-        self.generation = 0  # the server's restarts so far (a supervisor's count)
+        # The server's restarts so far, when a supervisor restarts it (None: a server that is not).
+        self.generation: int | None = None
+        # The client's handshake, kept to replay to a restarted server (2025-11-25 era).
+        self._initialize: dict[str, Any] | None = None
+        self._initialized: bytes | None = None
+        self._replay_id: str | None = None  # the replayed initialize, whose answer is the proxy's own
+
+    @property
+    def observers(self) -> tuple[RequestObserver, ...]:
+        return self._observers
 
     # -- client to server ---------------------------------------------------------------------
 
@@ -146,6 +156,8 @@ class ProxyCore:
                 self._opaque(To.SERVER, line, message.why_opaque)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
                 self._cancelled(message.params.get("requestId"))
+            elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
+                self._initialized = line
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
                 self._server_request_answered(message.body)
             return [Emit(To.SERVER, line)]
@@ -156,6 +168,8 @@ class ProxyCore:
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
+            if method == "initialize":
+                self._initialize = body
         if not self.engine.cares_about(method) and not self._observers:
             # The common case, kept lean (it runs cache-cold after every wake-up): nothing can happen
             # to this request on its way through.
@@ -269,6 +283,10 @@ class ProxyCore:
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
+        if self._replay_id is not None and body["id"] == self._replay_id:
+            # The restarted server's answer to the replayed initialize: the client already has one.
+            self._replay_id = None
+            return [Emit(To.SERVER, self._initialized)] if self._initialized is not None else []
         pending = self._untrack(jsonrpc.id_key(body["id"]))
         if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
@@ -308,10 +326,7 @@ class ProxyCore:
         for unanswered in self._server_requests.values():
             self._record(unanswered, Delivery(None), upstream_contacted=True, received="upstream_exited", event=False)
         self._server_requests.clear()
-        waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
-        self._in_flight.clear()
-        self._reused.clear()
-        waiting.sort(key=lambda p: p.started)
+        waiting = self._take_waiting()
         emits = []
         for pending in waiting:
             message = (
@@ -322,10 +337,54 @@ class ProxyCore:
             reply = jsonrpc.encode(
                 jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
             )
-            self._record(pending, Delivery(reply), upstream_contacted=True, received="upstream_exited")
+            contacted = pending.decision.contacts_upstream
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="upstream_exited")
             emits.append(Emit(To.CLIENT, reply))
         self.stats.unanswered_at_exit = len(emits)
         return emits
+
+    # -- a supervised server: restarts --------------------------------------------------------------
+
+    def server_restarting(self, exit_status: int, generation: int) -> list[Emit]:
+        """The server died and is restarting as ``generation``: answer what it never answered, saying so."""
+        if self._replay_id is not None:
+            self._replay_id = None  # a replay the dead server never answered: the next one replaces it
+        waiting = self._take_waiting()
+        emits = []
+        for pending in waiting:
+            message = (
+                f"mcpfault: the MCP server restarted (exit status {exit_status}; now generation {generation}) "
+                f"before answering {pending.call.method}; the request may be retried"
+            )
+            data = {"mcpfault": {"reason": "server_restarted", "exit_code": exit_status, "generation": generation}}
+            reply = jsonrpc.encode(
+                jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
+            )
+            contacted = pending.decision.contacts_upstream  # false for a request a crash kept from the server
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="server_restarted")
+            emits.append(Emit(To.CLIENT, reply))
+        return emits
+
+    def replay_handshake(self, generation: int) -> list[bytes]:
+        """What to send a restarted server so that the client's 2025-11-25 session simply continues:
+        its initialize (under an id of the proxy's own, its answer dropped), then, once answered, its
+        ``notifications/initialized``. Nothing for the 2026-07-28 era, which is stateless."""
+        if self.era.era is not Era.LEGACY or self._initialize is None:
+            return []
+        self._replay_id = f"mcpfault-replay-{generation}"
+        return [jsonrpc.encode({**self._initialize, "id": self._replay_id})]
+
+    @property
+    def replaying(self) -> bool:
+        """A replayed initialize is waiting for the restarted server's answer."""
+        return self._replay_id is not None
+
+    def _take_waiting(self) -> list[InFlight]:
+        waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
+        self._in_flight.clear()
+        self._reused.clear()
+        waiting.sort(key=lambda p: p.started)
+        return waiting
 
     def end(
         self,
@@ -394,6 +453,7 @@ class ProxyCore:
                 delay_s,
                 self.era.protocol_version,
                 added_s,
+                self.generation,
             )
             for observer, token in zip(self._observers, pending.tokens, strict=False):
                 observer.finished(token, outcome)
@@ -415,6 +475,8 @@ class ProxyCore:
             "era": self.era.era.value,
             "protocol_version": self.era.protocol_version,
         }
+        if self.generation is not None:
+            record["server_generation"] = self.generation
         if len(decision.applied) > 1:
             record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
         if error_code is not None:

@@ -144,6 +144,8 @@ class TelemetryObserver:
         attributes[names.CLIENT_RECEIVED] = outcome.received
         if outcome.protocol_version:
             attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
+        if outcome.generation is not None:
+            attributes[names.SERVER_GENERATION] = outcome.generation
         events: list[tuple[str, int, dict[str, Any]]] = []
         if outcome.upstream_contacted:
             events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
