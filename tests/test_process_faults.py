@@ -327,7 +327,7 @@ def test_an_allocating_server_is_oom_killed(tmp_path: Path) -> None:
 
 
 def test_a_time_triggered_crash_fires_without_a_request(tmp_path: Path) -> None:
-    proxy = raw_proxy(tmp_path, "[[faults]]\ntype = \"crash\"\nstart_after_s = 1.0\n", legacy=False)
+    proxy = raw_proxy(tmp_path, '[[faults]]\ntype = "crash"\nstart_after_s = 1.0\n', legacy=False)
     try:
         started = time.monotonic()
         assert proxy.wait(timeout=20) == 137
