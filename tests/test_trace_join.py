@@ -289,6 +289,29 @@ def test_proxy_faults_keep_order_and_read_an_error_from_attributes() -> None:
     error = span("p2", None, SpanKind.SERVER, 0, **{names.FAULT_TYPE: "error", names.FAULT_MODE: "protocol"})
     assert traces.proxy_faults(error) == [("error", "protocol")]
     assert traces.proxy_faults(span("p3", None, SpanKind.SERVER, 0)) == []
+    # An error answer after an active drift: each left its event, and neither is lost.
+    drift_then_error = span(
+        "p4",
+        None,
+        SpanKind.SERVER,
+        0,
+        **{names.FAULT_TYPE: "schema_drift", names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"},
+        events=(
+            SpanEvent(names.EVENT_DRIFT, {names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"}),
+            SpanEvent(names.EVENT_ERROR, {names.FAULT_MODE: "protocol", names.FAULT_RULE: "e"}),
+        ),
+    )
+    assert traces.proxy_faults(drift_then_error) == [("schema_drift", "rename_fields"), ("error", "protocol")]
+    # A span of an older proxy whose first fault left no event: it leads, the evented ones follow.
+    older = span(
+        "p5",
+        None,
+        SpanKind.SERVER,
+        0,
+        **{names.FAULT_TYPE: "error", names.FAULT_MODE: "tool", names.FAULT_RULE: "e"},
+        events=(SpanEvent(names.EVENT_DRIFT, {names.FAULT_MODE: "rename_args", names.FAULT_RULE: "d"}),),
+    )
+    assert traces.proxy_faults(older) == [("error", "tool"), ("schema_drift", "rename_args")]
 
 
 def test_task_trace_from_hand_made_spans() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
+from mcpfault.faults.catalog import CATALOG
 
 GENTLE_PROFILES = (
     "baseline",
@@ -24,7 +25,7 @@ GENTLE_PROFILES = (
 STRESS_PROFILES = ("outage", "burst", "storm")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES)
 AGENT_ORDER = ("naive", "retry-only", "resilient")
-FAULT_TYPE_ORDER = ("timeout", "latency", "error", "malformed", "stale", "schema_drift")
+FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"
 UNKNOWN_FAULT = "(unknown)"
 

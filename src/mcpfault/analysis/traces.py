@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanKind
 
 from mcpfault.analysis.effects import AttemptView, TaskReads, affects
 from mcpfault.analysis.join import Touch
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanView, read_spans
@@ -38,15 +39,9 @@ PROXY_SPANS: Final = "proxy-spans.jsonl"
 SERVER_SPANS: Final = "server-spans.jsonl"
 SPAN_FILES: Final = (CLIENT_SPANS, PROXY_SPANS, SERVER_SPANS)
 
-# The proxy marks each fault that shaped an answer with a span event carrying its mode and rule
-# (proxy/observe.py); an error fault has none, its answer being the proxy's own.
-_FAULT_OF_EVENT: Final = {
-    names.EVENT_DROP: "timeout",
-    names.EVENT_DELAY: "latency",
-    names.EVENT_CORRUPT: "malformed",
-    names.EVENT_STALE_HIT: "stale",
-    names.EVENT_DRIFT: "schema_drift",
-}
+# The proxy marks each fault it applied with a span event carrying its type, mode and rule
+# (proxy/observe.py); each fault type names its own event (``event_name``), unique in the catalog.
+FAULT_OF_EVENT: Final = {fault_type.event_name: fault_type.type_name for fault_type in CATALOG}
 
 _Key = tuple[str, str]  # (trace id, span id)
 
@@ -230,19 +225,24 @@ class Revisions:
 def proxy_faults(span: SpanView) -> list[tuple[str, str]]:
     """(type, mode) of each fault a proxy span records, in the order the proxy applied them.
 
-    The span's own attributes name the first; each fault that changed the answer also left an event
-    with its mode and rule, in order. Only an error fault leaves no event, and it is always applied
-    alone (an error answers before anything else could apply), so it is the attributes' fault.
+    Each applied fault left an event with its type, mode and rule, in order; the span's own attributes
+    name the first. A span from a proxy that left no event for some fault (an error answer, in versions
+    before every fault had one) still has that first fault in its attributes: it leads the list.
     """
     from_events = [
-        (_FAULT_OF_EVENT[e.name], str(e.attributes.get(names.FAULT_MODE)), e.attributes.get(names.FAULT_RULE))
+        (
+            str(e.attributes.get(names.FAULT_TYPE, FAULT_OF_EVENT[e.name])),
+            str(e.attributes.get(names.FAULT_MODE)),
+            e.attributes.get(names.FAULT_RULE),
+        )
         for e in span.events
-        if e.name in _FAULT_OF_EVENT
+        if e.name in FAULT_OF_EVENT
     ]
+    found = [(fault_type, mode) for fault_type, mode, _ in from_events]
     first_type = span.attributes.get(names.FAULT_TYPE)
     if first_type is not None and span.attributes.get(names.FAULT_RULE) not in {rule for *_, rule in from_events}:
-        return [(str(first_type), str(span.attributes.get(names.FAULT_MODE)))]
-    return [(fault_type, mode) for fault_type, mode, _ in from_events]
+        return [(str(first_type), str(span.attributes.get(names.FAULT_MODE))), *found]
+    return found
 
 
 def _children(spans: Iterable[SpanView]) -> dict[_Key, list[SpanView]]:

@@ -108,7 +108,8 @@ def _proxy(args: argparse.Namespace) -> int:
     from mcpfault.faults.live import LiveRules
     from mcpfault.proxy import summary
     from mcpfault.proxy.core import ProxyCore
-    from mcpfault.proxy.stdio import Lifecycle, run_stdio
+    from mcpfault.proxy.stdio import Lifecycle, run_stdio, server_observers
+    from mcpfault.proxy.supervisor import Supervisor
     from mcpfault.telemetry.logging import configure
 
     configure(args.log_level, args.log_format)
@@ -122,8 +123,7 @@ def _proxy(args: argparse.Namespace) -> int:
     loaded = _proxy_profile(args)
     live = LiveRules.of(loaded)
     engine = Engine(loaded, live=live)
-    for rule in rules_not_carried(loaded, "stdio"):
-        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
+    _say_not_carried(rules_not_carried(loaded, "stdio"), owns_process=True)
     events = _proxy_events(args, loaded, "stdio")
     from mcpfault.proxy.setup import ProxyTelemetry
 
@@ -131,22 +131,29 @@ def _proxy(args: argparse.Namespace) -> int:
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
+    supervisor = Supervisor(command, loaded.server, observers=server_observers(core))
+    if controller is not None:
+        controller.server = supervisor  # crash, stall and restart through the control API
+    lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
 
     async def relay() -> int:
-        def started(child: Any) -> None:
-            if controller is not None:
-                from mcpfault.control.server import ChildControl
-
-                controller.server = ChildControl(child)
-
-        lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
-        return await run_stdio(command, core, lifecycle, started=started)
+        return await run_stdio(command, core, lifecycle, supervisor=supervisor)
 
     with _flushed_at_exit(events, telemetry):
         status = anyio.run(_with_control, args, controller, relay)
     if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr)
+        summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
     return status
+
+
+def _say_not_carried(rules: list[Any], *, owns_process: bool) -> None:
+    """Name each rule that cannot fire here, and why (said at start, so nobody waits for it)."""
+    for rule in rules:
+        if rule.fault.needs_process and not owns_process:
+            why = "acts on the server process, which the proxy did not start (give the command after '--')"
+        else:
+            why = "acts on HTTP only"
+        print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) {why}; not here", file=sys.stderr)
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -258,6 +265,10 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         f"set MCPFAULT_PROXY_TOKEN and have clients send it in the {http.TOKEN_HEADER} header",
     )
     loaded = _proxy_profile(args)
+    from mcpfault.faults.engine import rules_not_carried
+
+    # A stdio server behind the bridge is not supervised yet: process rules are named as not carried.
+    _say_not_carried(rules_not_carried(loaded, "http", owns_process=False), owns_process=False)
     events = _proxy_events(args, loaded, "http")
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(

@@ -8,7 +8,6 @@ data and a seeded RNG, never a clock, a file or a socket.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -70,33 +69,90 @@ ResponseStep = Callable[[bytes], Delivery]
 STDIO = "stdio"
 HTTP = "http"
 EVERY_TRANSPORT = frozenset({STDIO, HTTP})
+# Signals a process fault may end the server with; SIGKILL leaves exit status 137, as the OOM killer does.
+CRASH_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT")
 
 
-class HttpFailure(enum.Enum):
-    """A failure of the HTTP exchange itself, below JSON-RPC."""
+class HttpExchangeOps(Protocol):
+    """What an HTTP transport offers a fault acting on one exchange (proxy/http_exchange.py).
 
-    STATUS = "status"  # an HTTP error status instead of an answer; the server never sees the request
-    SESSION_EXPIRED = "session_expired"  # 404 for the session id, as a server that forgot it answers
-    RESET = "reset"  # the connection closes with no response at all
-    STREAM_CUT = "stream_cut"  # the SSE stream closes before the response event
-    FIRST_BYTE = "first_byte"  # nothing at all (headers included) reaches the client for a while
+    Each returns the transport's response object, which the fault hands back untouched.
+    """
+
+    def status_answer(self, status: int, headers: tuple[tuple[str, str], ...]) -> Any:
+        """An HTTP error status, its reason phrase as a plain-text body (as gateways send it)."""
+        ...
+
+    def json_error_answer(self, status: int, code: int, message: str) -> Any:
+        """An HTTP status with a JSON-RPC error body."""
+        ...
+
+    def reset(self) -> Any:
+        """Close the client's connection with no (further) bytes."""
+        ...
 
 
-@dataclass(frozen=True, slots=True)
-class HttpAction:
-    """What an HTTP transport does to one exchange; the JSON-RPC core only records it."""
+class HttpBehaviour:
+    """How a fault acts on one HTTP exchange, below JSON-RPC. A fault module subclasses it.
 
-    failure: HttpFailure
-    status: int = 0
-    headers: tuple[tuple[str, str], ...] = ()
-    upstream: bool = True  # whether the server gets the request (and acts on it) first
-    after_events: int = 0  # stream_cut: events relayed before the cut
-    delay_s: float = 0.0  # first_byte: how long the client waits for anything
+    The exchange calls the hooks at fixed points and never asks which fault it is carrying out:
+    ``received`` is what the client gets in place of the answer (None: the answer itself, maybe late);
+    when ``reaches_server`` is false, ``answer_instead`` makes the client's answer; ``first_byte_delay_s``
+    holds everything, headers included; ``cut_after_events`` ends the response's event stream after that
+    many events, before the answer; ``loses_answer``: the server answers, and the connection drops first.
+    """
+
+    received: ClassVar[str | None] = None
+    reaches_server: ClassVar[bool] = True
+    loses_answer: ClassVar[bool] = False
 
     @property
-    def received(self) -> str:
-        """What the client got, in the vocabulary of events and spans."""
-        return "http_error" if self.failure is HttpFailure.STATUS else self.failure.value
+    def first_byte_delay_s(self) -> float:
+        return 0.0
+
+    @property
+    def cut_after_events(self) -> int | None:
+        return None
+
+    def answer_instead(self, ops: HttpExchangeOps) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} reaches the server; it has no answer of its own")
+
+
+class ServerProcessOps(Protocol):
+    """What a transport that owns the server process offers a process fault (proxy/supervisor.py).
+
+    Each takes effect at once (a signal is sent before the call returns) and schedules its own
+    continuation (the SIGCONT, the duty cycle, the memory watch); safe to call from any thread.
+    """
+
+    def crash(self, signal_name: str, *, delay_s: float = 0.0, cause: str = "crash") -> None:
+        """Kill the server with ``signal_name``, ``delay_s`` from now; ``cause`` names the fault type."""
+        ...
+
+    def stall(self, duration_s: float) -> None:
+        """SIGSTOP the server now, SIGCONT it ``duration_s`` later."""
+        ...
+
+    def starve(self, share: float, period_s: float, duration_s: float) -> None:
+        """For ``duration_s``, let the server run only ``share`` of every ``period_s`` (SIGSTOP/SIGCONT)."""
+        ...
+
+    def kill_above_rss(self, rss_mb: float, *, cause: str) -> None:
+        """SIGKILL the server once its resident memory exceeds ``rss_mb`` (sampled from /proc)."""
+        ...
+
+
+class ProcessBehaviour:
+    """How a fault acts on the server process. A fault module subclasses it.
+
+    ``perform`` runs before the triggering request is forwarded; with ``before_request`` the request
+    is never forwarded (the server is gone before it could see it).
+    """
+
+    before_request: ClassVar[bool] = False
+
+    def perform(self, server: ServerProcessOps) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +163,8 @@ class Injection:
     - ``upstream_request``: forward this body instead of the client's bytes.
     - ``response``: transform the server's response (or the reply) on its way back.
     - ``notify``: notifications sent to the client right away.
-    - ``http``: a failure of the HTTP exchange (HTTP transports only: see ``Fault.transports``).
+    - ``http``: how the fault acts on the HTTP exchange (HTTP transports only: see ``Fault.transports``).
+    - ``process``: how the fault acts on the server process (transports that own it only).
     """
 
     mode: str
@@ -115,7 +172,8 @@ class Injection:
     upstream_request: Mapping[str, Any] | None = None
     response: ResponseStep | None = None
     notify: tuple[Mapping[str, Any], ...] = ()
-    http: HttpAction | None = None
+    http: HttpBehaviour | None = None
+    process: ProcessBehaviour | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,19 +191,27 @@ class PlanContext:
 class Fault(Protocol):
     """One fault type: a frozen dataclass of settings plus ``plan``.
 
-    ``type_name`` is the name profiles use; ``MODES`` are the modes it reports; ``targets`` are the
-    methods on which a rule of this type can fire, ``transports`` the transports that can carry it out
-    (a rule whose fault needs HTTP never fires behind the stdio proxy). A ``persistent`` fault stays in force after it
-    first fires and is planned for every later matching request, including those in ``follows``.
+    ``type_name`` is the name profiles use; ``MODES`` are the modes it reports; ``event_name`` is the
+    span event each application leaves on the proxy's span (a constant of telemetry/names.py);
+    ``targets`` are the methods on which a rule of this type can fire, ``transports`` the transports
+    that can carry it out (a rule whose fault needs HTTP never fires behind the stdio proxy), and a
+    fault that ``needs_process`` fires only where the proxy started the server itself. A
+    ``persistent`` fault stays in force after it first fires and is planned for every later
+    matching request, including those in ``follows``.
     """
 
     type_name: ClassVar[str]
     MODES: ClassVar[tuple[str, ...]]
+    event_name: ClassVar[str]
     targets: ClassVar[frozenset[str]]
     transports: ClassVar[frozenset[str]]
+    needs_process: ClassVar[bool]  # acts on the server process: only where the proxy started the server
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
-    needs_history: ClassVar[bool]  # the engine keeps earlier responses for ctx.history
+
+    def history_depth(self) -> int:
+        """How many earlier responses per (tool, arguments) the engine keeps for ``ctx.history`` (0: none)."""
+        ...
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
         """What happens to ``call``; None when the fault cannot apply to it (the rule does not fire)."""
@@ -164,9 +230,12 @@ class FaultBase:
 
     targets: ClassVar[frozenset[str]] = TOOLS_CALL
     transports: ClassVar[frozenset[str]] = EVERY_TRANSPORT
+    needs_process: ClassVar[bool] = False
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
-    needs_history: ClassVar[bool] = False
+
+    def history_depth(self) -> int:
+        return 0
 
     def handshake(self, call: Call) -> ResponseStep | None:
         return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mcpfault.faults.base import Fault
+from mcpfault.faults.cpu_starve import CpuStarve
+from mcpfault.faults.crash import Crash
 from mcpfault.faults.error import Error
 from mcpfault.faults.http_first_byte import FirstByteLatency
 from mcpfault.faults.http_reset import Reset
@@ -13,8 +15,10 @@ from mcpfault.faults.http_status import HttpStatus
 from mcpfault.faults.http_stream_cut import StreamCut
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.malformed import Malformed
+from mcpfault.faults.oom_kill import OomKill
 from mcpfault.faults.schema_drift import SchemaDrift
 from mcpfault.faults.stale import Stale
+from mcpfault.faults.stall import Stall
 from mcpfault.faults.timeout import Timeout
 
 
@@ -30,6 +34,8 @@ class Catalog:
             raise ValueError(f"fault type {name!r} is registered twice: {self._types[name]!r} and {fault_type!r}")
         if not callable(getattr(fault_type, "plan", None)):
             raise TypeError(f"fault type {name!r} ({fault_type!r}) has no plan(call, rng, ctx) method")
+        if not isinstance(getattr(fault_type, "event_name", None), str) or not fault_type.MODES:
+            raise TypeError(f"fault type {name!r} ({fault_type!r}) needs an event_name and at least one of MODES")
         self._types[name] = fault_type
 
     def get(self, name: str) -> type[Fault] | None:
@@ -37,6 +43,10 @@ class Catalog:
 
     def names(self) -> list[str]:
         return sorted(self._types)
+
+    def in_order(self) -> tuple[str, ...]:
+        """The type names in the order they were registered: how tables and reports list them."""
+        return tuple(self._types)
 
     def __iter__(self) -> Iterator[type[Fault]]:
         return iter(self._types.values())
@@ -48,12 +58,16 @@ for _fault_type in (
     Latency,
     Error,
     Malformed,
-    SchemaDrift,
     Stale,
+    SchemaDrift,
     HttpStatus,
     Reset,
     StreamCut,
     SessionExpired,
     FirstByteLatency,
+    Crash,
+    Stall,
+    CpuStarve,
+    OomKill,
 ):
     CATALOG.register(_fault_type)

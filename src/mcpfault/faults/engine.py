@@ -24,7 +24,16 @@ from typing import Any
 
 import orjson
 
-from mcpfault.faults.base import STDIO, Call, Delivery, HttpAction, HttpFailure, Injection, PlanContext, ResponseStep
+from mcpfault.faults.base import (
+    STDIO,
+    Call,
+    Delivery,
+    HttpBehaviour,
+    Injection,
+    PlanContext,
+    ProcessBehaviour,
+    ResponseStep,
+)
 from mcpfault.faults.live import LiveRules, RuleChange, RuleSet
 from mcpfault.faults.profile import Profile, Rule
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
@@ -37,6 +46,7 @@ class Applied:
     rule: str
     type_name: str
     mode: str
+    event: str  # the span event it leaves on the proxy's span (the fault type's ``event_name``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +58,22 @@ class Decision:
     upstream_request: Mapping[str, Any] | None = None
     steps: tuple[ResponseStep, ...] = ()
     notify: tuple[Mapping[str, Any], ...] = ()
-    http: HttpAction | None = None
+    http: HttpBehaviour | None = None
+    process: ProcessBehaviour | None = None
     changes: tuple[RuleChange, ...] = ()  # rule-set changes since this engine's previous decision
 
     @property
     def contacts_upstream(self) -> bool:
-        return self.reply is None and (self.http is None or self.http.upstream)
+        if self.reply is not None:
+            return False
+        if self.process is not None and self.process.before_request:
+            return False
+        return self.http is None or self.http.reaches_server
 
     @property
     def added_delay_s(self) -> float:
         """Delay the transport adds before the first byte (not part of ``deliver``)."""
-        http = self.http
-        return http.delay_s if http is not None and http.failure is HttpFailure.FIRST_BYTE else 0.0
+        return self.http.first_byte_delay_s if self.http is not None else 0.0
 
     def deliver(self, data: bytes) -> Delivery:
         """Run ``data`` (the server's response, or the reply) through every response step."""
@@ -75,6 +89,8 @@ class Decision:
 
 PASS = Decision()
 MAX_CACHED_TOOLS = 1024
+# What a time-triggered rule's fault plans for: no request triggered it.
+TIMER = Call(method="mcpfault/timer", request_id=None, params={}, body={})
 
 
 @dataclass(slots=True)
@@ -84,6 +100,7 @@ class _RuleState:
     matched: int = 0
     injected: int = 0
     active: bool = False  # a persistent fault that has fired
+    timed_out: bool = False  # a time-triggered rule that has fired (it fires once)
 
 
 @dataclass(slots=True)
@@ -134,14 +151,18 @@ class Engine:
         transport: str = STDIO,
         in_session: bool = False,
         live: LiveRules | None = None,
+        owns_process: bool | None = None,
     ) -> None:
         self.profile = profile
         self.transport = transport
         self._in_session = in_session
+        # The stdio proxy always starts its server; an HTTP proxy only with a command after '--'.
+        self.owns_process = transport == STDIO if owns_process is None else owns_process
         self._live = live if live is not None else LiveRules.of(profile)
         self._by_key: dict[int, _RuleState] = {}
         self._all_states: tuple[_RuleState, ...] = ()  # every rule of the set, enabled or not (for counters)
         self._states: list[_RuleState] = []
+        self._timed: list[_RuleState] = []  # process faults with start_after_s: fired by due(), not requests
         self._history: ResponseHistory | None = None
         self._methods: frozenset[str] = frozenset()
         self._pending: tuple[RuleChange, ...] = ()
@@ -163,7 +184,7 @@ class Engine:
         states: list[_RuleState] = []
         every: list[_RuleState] = []
         for live in rules.rules:
-            if self.transport not in live.rule.fault.transports:
+            if not _carried(live.rule, self.transport, self.owns_process):
                 continue
             state = self._by_key.get(live.key)
             if state is None:
@@ -177,12 +198,13 @@ class Engine:
         present = {live.key for live in rules.rules}
         for key in [k for k in self._by_key if k not in present and k >= len(self.profile.rules)]:
             del self._by_key[key]
-        self._states = states
+        self._timed = [s for s in states if _time_triggered(s.rule)]
+        self._states = states = [s for s in states if not _time_triggered(s.rule)]
         self._all_states = tuple(every)
         self._by_tool: dict[str, list[_RuleState]] = {}
         self._handshake_rules = [s for s in states if s.rule.fault.handshake is not None]
-        depths = [getattr(s.rule.fault, "history", 8) for s in states if s.rule.fault.needs_history]
-        if depths and (self._history is None or self._history.depth < max(depths)):
+        depths = [s.rule.fault.history_depth() for s in states]
+        if any(depths) and (self._history is None or self._history.depth < max(depths)):
             self._history = ResponseHistory(depth=max(depths))
         self._methods = frozenset(m for s in states for m in s.rule.fault.targets | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if states else frozenset()
@@ -259,6 +281,28 @@ class Engine:
                 break
         return _combine(persistent, chosen)
 
+    def due(self, elapsed_s: float) -> list[Decision]:
+        """The time-triggered rules (process faults with ``start_after_s``) that fire now, each once."""
+        decisions = []
+        for state in self._timed:
+            start = state.rule.start_after_s
+            if state.timed_out or start is None or elapsed_s < start:
+                continue
+            state.timed_out = True
+            state.matched += 1
+            if not self._roll(state):
+                continue
+            injection = state.rule.fault.plan(TIMER, state.rng, self._context(state.rule))
+            if injection is not None:
+                state.injected += 1
+                decisions.append(_combine([], (state, injection)))
+        return decisions
+
+    def next_due_s(self) -> float | None:
+        """When the next time-triggered rule is due (seconds since the proxy started); None: never."""
+        pending = [s.rule.start_after_s for s in self._timed if not s.timed_out and s.rule.start_after_s is not None]
+        return min(pending) if pending else None
+
     def _states_for(self, tool: str) -> list[_RuleState]:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
@@ -281,7 +325,7 @@ class Engine:
         for state in self._handshake_rules:
             step = state.rule.fault.handshake(call)
             if step is not None:
-                applied.append(Applied(state.rule.name, state.rule.type_name, "advertise"))
+                applied.append(Applied(state.rule.name, state.rule.type_name, "advertise", state.rule.fault.event_name))
                 steps.append(step)
         return Decision(applied=tuple(applied), steps=tuple(steps)) if applied else PASS
 
@@ -301,20 +345,40 @@ class Engine:
         return [(s.rule.name, s.matched, s.injected) for s in self._all_states]
 
 
-def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:
-    """The rules of ``profile`` that never fire on ``transport`` (an HTTP fault behind stdio)."""
-    return [rule for rule in profile.rules if transport not in rule.fault.transports]
+def rules_not_carried(profile: Profile, transport: str, *, owns_process: bool | None = None) -> list[Rule]:
+    """The rules of ``profile`` that never fire on ``transport`` (an HTTP fault behind stdio, a process
+    fault in front of a server the proxy did not start)."""
+    owns = transport == STDIO if owns_process is None else owns_process
+    return [rule for rule in profile.rules if not _carried(rule, transport, owns)]
+
+
+def _carried(rule: Rule, transport: str, owns_process: bool) -> bool:
+    return transport in rule.fault.transports and (owns_process or not rule.fault.needs_process)
+
+
+def _time_triggered(rule: Rule) -> bool:
+    """A process fault with ``start_after_s`` fires once at that time, not on a request."""
+    return rule.fault.needs_process and rule.start_after_s is not None
 
 
 def _combine(persistent: list[tuple[_RuleState, Injection]], chosen: tuple[_RuleState, Injection] | None) -> Decision:
     if not persistent and chosen is None:
         return PASS
     parts = [*persistent, *([chosen] if chosen else [])]
-    applied = tuple(Applied(s.rule.name, s.rule.type_name, i.mode) for s, i in parts)
+    applied = tuple(Applied(s.rule.name, s.rule.type_name, i.mode, s.rule.fault.event_name) for s, i in parts)
     reply = next((i.reply for _, i in parts if i.reply is not None), None)
     upstream = next((i.upstream_request for _, i in parts if i.upstream_request is not None), None)
     # The server's (or the stale cache's) answer gets the drift's names first, then the chosen fault.
     steps = tuple(i.response for _, i in parts if i.response is not None)
     notify = tuple(n for _, i in parts for n in i.notify)
     http = next((i.http for _, i in parts if i.http is not None), None)
-    return Decision(applied=applied, reply=reply, upstream_request=upstream, steps=steps, notify=notify, http=http)
+    process = next((i.process for _, i in parts if i.process is not None), None)
+    return Decision(
+        applied=applied,
+        reply=reply,
+        upstream_request=upstream,
+        steps=steps,
+        notify=notify,
+        http=http,
+        process=process,
+    )

@@ -8,12 +8,14 @@ from typing import ClassVar, Literal
 
 from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
+from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Error(FaultBase):
     type_name: ClassVar[str] = "error"
     MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
+    event_name: ClassVar[str] = names.EVENT_ERROR
 
     # protocol: a JSON-RPC error response; tool: a tools/call result with isError true.
     mode: Literal["protocol", "tool"] = "protocol"

@@ -10,19 +10,29 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry import names
+
+
+@dataclass(frozen=True, slots=True)
+class _HoldFirstByte(HttpBehaviour):
+    delay_s: float
+
+    @property
+    def first_byte_delay_s(self) -> float:
+        return self.delay_s
 
 
 @dataclass(frozen=True, slots=True)
 class FirstByteLatency(FaultBase):
     type_name: ClassVar[str] = "first_byte_latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
+    event_name: ClassVar[str] = names.EVENT_FIRST_BYTE_DELAY
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     delay_s: float = bounded(1.0, min=0.0, max=3600.0)
     jitter_s: float = bounded(0.0, min=0.0, max=3600.0)
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
-        delay_s = self.delay_s + rng.uniform(0.0, self.jitter_s)
-        return Injection("delay", http=HttpAction(HttpFailure.FIRST_BYTE, delay_s=delay_s))
+        return Injection("delay", http=_HoldFirstByte(self.delay_s + rng.uniform(0.0, self.jitter_s)))

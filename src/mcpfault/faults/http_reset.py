@@ -8,18 +8,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from random import Random
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.telemetry import names
+
+
+class _ResetBefore(HttpBehaviour):
+    received: ClassVar[str | None] = "reset"
+    reaches_server: ClassVar[bool] = False
+
+    def answer_instead(self, ops: HttpExchangeOps) -> Any:
+        return ops.reset()
+
+
+class _ResetAfter(HttpBehaviour):
+    received: ClassVar[str | None] = "reset"
+    loses_answer: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)
 class Reset(FaultBase):
     type_name: ClassVar[str] = "reset"
     MODES: ClassVar[tuple[str, ...]] = ("before", "after")
+    event_name: ClassVar[str] = names.EVENT_RESET
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     mode: Literal["before", "after"] = "before"
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
-        return Injection(self.mode, http=HttpAction(HttpFailure.RESET, upstream=self.mode == "after"))
+        return Injection(self.mode, http=_ResetBefore() if self.mode == "before" else _ResetAfter())

@@ -8,18 +8,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from random import Random
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.protocol import jsonrpc
+from mcpfault.telemetry import names
+
+
+class _NotFound(HttpBehaviour):
+    received: ClassVar[str | None] = "session_expired"
+    reaches_server: ClassVar[bool] = False
+
+    def answer_instead(self, ops: HttpExchangeOps) -> Any:
+        return ops.json_error_answer(404, jsonrpc.INVALID_REQUEST, "Session not found")
 
 
 @dataclass(frozen=True, slots=True)
 class SessionExpired(FaultBase):
     type_name: ClassVar[str] = "session_expired"
     MODES: ClassVar[tuple[str, ...]] = ("not_found",)
+    event_name: ClassVar[str] = names.EVENT_SESSION_EXPIRED
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
         if not ctx.in_session:
             return None
-        return Injection("not_found", http=HttpAction(HttpFailure.SESSION_EXPIRED, status=404, upstream=False))
+        return Injection("not_found", http=_NotFound())

@@ -8,16 +8,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from random import Random
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry import names
+
+
+@dataclass(frozen=True, slots=True)
+class _StatusInstead(HttpBehaviour):
+    received: ClassVar[str | None] = "http_error"
+    reaches_server: ClassVar[bool] = False
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+
+    def answer_instead(self, ops: HttpExchangeOps) -> Any:
+        return ops.status_answer(self.status, self.headers)
 
 
 @dataclass(frozen=True, slots=True)
 class HttpStatus(FaultBase):
     type_name: ClassVar[str] = "http_status"
     MODES: ClassVar[tuple[str, ...]] = ("status",)
+    event_name: ClassVar[str] = names.EVENT_HTTP_STATUS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     status: int = bounded(503, min=400, max=599)
@@ -26,5 +40,4 @@ class HttpStatus(FaultBase):
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         headers = (("Retry-After", str(self.retry_after_s)),) if self.retry_after_s is not None else ()
-        action = HttpAction(HttpFailure.STATUS, status=self.status, headers=headers, upstream=False)
-        return Injection("status", http=action)
+        return Injection("status", http=_StatusInstead(self.status, headers))

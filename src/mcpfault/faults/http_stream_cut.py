@@ -13,17 +13,30 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpAction, HttpFailure, Injection, PlanContext
+from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry import names
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut(HttpBehaviour):
+    received: ClassVar[str | None] = "stream_cut"
+
+    after_events: int
+
+    @property
+    def cut_after_events(self) -> int | None:
+        return self.after_events
 
 
 @dataclass(frozen=True, slots=True)
 class StreamCut(FaultBase):
     type_name: ClassVar[str] = "stream_cut"
     MODES: ClassVar[tuple[str, ...]] = ("cut",)
+    event_name: ClassVar[str] = names.EVENT_STREAM_CUT
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     after_events: int = bounded(0, min=0, max=1_000_000)
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
-        return Injection("cut", http=HttpAction(HttpFailure.STREAM_CUT, after_events=self.after_events))
+        return Injection("cut", http=_Cut(self.after_events))

@@ -9,6 +9,7 @@ from random import Random
 from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import Call, Delivery, FaultBase, Injection, PlanContext, encode, load_object
+from mcpfault.telemetry import names
 
 Mode = Literal["truncate", "not_json", "missing_result", "wrong_id", "wrong_type"]
 ALL_MODES: tuple[Mode, ...] = ("truncate", "not_json", "missing_result", "wrong_id", "wrong_type")
@@ -20,6 +21,7 @@ NOT_JSON = b"Error: upstream connection pool exhausted (worker 3), retrying\n"
 class Malformed(FaultBase):
     type_name: ClassVar[str] = "malformed"
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
+    event_name: ClassVar[str] = names.EVENT_CORRUPT
 
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES

@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
@@ -26,7 +26,7 @@ from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit", "start_after_s", "duration_s")
-TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
+TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server")
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !
@@ -45,6 +45,7 @@ class Rule:
     limit: int | None = None  # at most this many injections; None: no limit
     matches_tool: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
     # In force from start_after_s seconds after the proxy started, for duration_s seconds; None: always.
+    # A process fault with start_after_s fires once at that time instead of on a request.
     start_after_s: float | None = None
     duration_s: float | None = None
 
@@ -55,6 +56,23 @@ class Rule:
         return self.duration_s is None or elapsed_s < start + self.duration_s
 
 
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The ``[server]`` table: how the proxy supervises a server it started (proxy/supervisor.py)."""
+
+    type_name: ClassVar[str] = "[server]"  # how settings' messages name the table
+
+    # never: a death ends the proxy, as without it; on-crash: restart after a crash (a signal, or an
+    # exit status other than 0); always: after any exit the proxy did not ask for.
+    restart: Literal["never", "on-crash", "always"] = "never"
+    restart_delay_s: float = settings.bounded(0.5, min=0.0, max=3600.0)
+    max_restarts: int = settings.bounded(5, min=0, max=1_000_000)
+    # After a restart, re-send the client's initialize and notifications/initialized (2025-11-25 era).
+    replay_handshake: bool = True
+    # How long requests that arrive while the server is down wait for it, before an error answers them.
+    hold_s: float = settings.bounded(10.0, min=0.0, max=3600.0)
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -62,6 +80,7 @@ class Profile:
     rules: tuple[Rule, ...]
     source: str = "<memory>"
     description: str = ""
+    server: ServerSettings = ServerSettings()
 
 
 def bundled() -> dict[str, Path]:
@@ -158,6 +177,14 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         top("faults", "expected an array of tables: write each rule under [[faults]]")
         raw_rules = []
 
+    server = ServerSettings()
+    raw_server = document.get("server", {})
+    if not isinstance(raw_server, dict):
+        top("server", "expected a table: write it as [server] with keys restart, restart_delay_s, ...")
+    else:
+        decoded = settings.decode(ServerSettings, raw_server, lambda key, message: top(f"server.{key}", message))
+        server = decoded if decoded is not None else server
+
     rules: list[Rule] = []
     seen_names: dict[str, int] = {}
     for index, raw in enumerate(raw_rules):
@@ -178,7 +205,7 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         rules.append(rule)
     if problems:
         raise ProfileError(problems)
-    return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description)
+    return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description, server=server)
 
 
 def rule_from_mapping(raw: Any, source: str, index: int = 0, catalog: Catalog = CATALOG) -> Rule:

@@ -27,6 +27,7 @@ from mcpfault.faults.base import (
 )
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.values import rename_keys
+from mcpfault.telemetry import names
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
@@ -35,6 +36,7 @@ LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 class SchemaDrift(FaultBase):
     type_name: ClassVar[str] = "schema_drift"
     MODES: ClassVar[tuple[str, ...]] = ("rename_args", "rename_fields", "rewrite_list", "advertise")
+    event_name: ClassVar[str] = names.EVENT_DRIFT
     targets: ClassVar[frozenset[str]] = frozenset({"tools/call"})
     follows: ClassVar[frozenset[str]] = frozenset({"tools/list"})
     persistent: ClassVar[bool] = True

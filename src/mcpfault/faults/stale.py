@@ -8,17 +8,21 @@ from typing import ClassVar, Literal
 
 from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext, load_object, reply_with_id
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Stale(FaultBase):
     type_name: ClassVar[str] = "stale"
     MODES: ClassVar[tuple[str, ...]] = ("previous", "oldest")
-    needs_history: ClassVar[bool] = True
+    event_name: ClassVar[str] = names.EVENT_STALE_HIT
 
     # previous: the latest earlier response; oldest: the oldest of the last `history` responses.
     pick: Literal["previous", "oldest"] = "previous"
     history: int = bounded(8, min=1, max=1024)
+
+    def history_depth(self) -> int:
+        return self.history
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
         earlier = ctx.history(call)[-self.history :]

@@ -8,12 +8,14 @@ from typing import ClassVar, Literal
 
 from mcpfault.faults.base import Call, Delivery, FaultBase, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Timeout(FaultBase):
     type_name: ClassVar[str] = "timeout"
     MODES: ClassVar[tuple[str, ...]] = ("drop", "late")
+    event_name: ClassVar[str] = names.EVENT_DROP
 
     mode: Literal["drop", "late"] = "drop"
     # Seconds before the orphaned reply is delivered (mode "late" only).

@@ -1,13 +1,16 @@
 """The MCP server as a child process: start, signal, wait, end. Its lifecycle lives here only.
 
 Exit is noticed through a pidfd (no thread, no polling) where the kernel has them, by polling where
-it does not. Later a restarting supervisor (crash faults) builds on this one class.
+it does not. The server leads a process group of its own, and every signal goes to the group, so
+its own children end with it; a stopped (SIGSTOP) server is continued (SIGCONT) after a signal that
+is to end it. The restarting supervisor (proxy/supervisor.py) builds on this one class.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 
@@ -16,6 +19,7 @@ import anyio
 from mcpfault.errors import UpstreamError
 
 POLL_INTERVAL_S = 0.05
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 class ChildProcess:
@@ -26,7 +30,9 @@ class ChildProcess:
     def start(cls, command: Sequence[str]) -> ChildProcess:
         """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through)."""
         try:
-            popen = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            popen = subprocess.Popen(
+                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, process_group=0
+            )
         except FileNotFoundError:
             raise UpstreamError(
                 f"cannot start the MCP server: {command[0]!r} was not found; check the command after '--' "
@@ -44,6 +50,19 @@ class ChildProcess:
     @property
     def pid(self) -> int:
         return self._popen.pid
+
+    @property
+    def pgid(self) -> int:
+        """The server's process group (it leads it: the same number as its pid)."""
+        return self._popen.pid
+
+    def rss_bytes(self) -> int | None:
+        """The server's resident memory, from /proc; None once it is gone."""
+        try:
+            with open(f"/proc/{self._popen.pid}/statm", "rb") as statm:
+                return int(statm.read().split()[1]) * _PAGE_SIZE
+        except (OSError, ValueError, IndexError):
+            return None
 
     def take_pipes(self) -> tuple[int, int]:
         """Hand over (stdin, stdout) descriptors: the taker closes them (closing stdin is the server's EOF)."""
@@ -71,20 +90,32 @@ class ChildProcess:
         return self._popen.wait()
 
     def send_signal(self, signum: int) -> None:
+        """Signal the server's process group; continue it after a signal that is to end it, so that
+        a stopped server gets it too."""
         if self._popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._popen.send_signal(signum)
+            self._signal_group(signum)
+            if signum not in (signal.SIGSTOP, signal.SIGCONT, signal.SIGKILL):
+                self._signal_group(signal.SIGCONT)
 
     def terminate(self) -> None:
-        if self._popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._popen.terminate()
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
+        """SIGKILL the whole group and reap the server: nothing of it is left behind."""
         if self._popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._popen.kill()
+            self._signal_group(signal.SIGKILL)
             self._popen.wait()
+        self.kill_group()
+
+    def kill_group(self) -> None:
+        """SIGKILL what is left of the server's process group (its children) once the server is gone.
+
+        Safe after the leader is reaped: a group id is not reused while any member lives."""
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._popen.pid, signum)
 
     async def stop(self, *, grace_s: float, kill_after_s: float) -> int:
         """End a server whose stdin is already closed: ``grace_s`` to exit on its own, then SIGTERM,

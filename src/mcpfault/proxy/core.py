@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
-from mcpfault.faults.base import Call, Delivery, HttpAction, HttpFailure
+from mcpfault.faults.base import Call, Delivery, HttpBehaviour, ProcessBehaviour
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
@@ -33,7 +33,8 @@ MAX_OBSERVED_SERVER_REQUESTS = 4096
 
 
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
-_UNTIMED = frozenset({"upstream_exited", "cancelled", "upstream_unreachable", "reset", "stream_cut"})
+# (What an HTTP fault gives the client in place of the answer is untimed too: see ``_record``.)
+_UNTIMED = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstream_unreachable"})
 # Endings a transport reports through ``end()`` the moment it holds the upstream's answer (a status
 # it relays, a body it cannot use): the answer arrived then. Any other ``end()`` had no answer to time.
 _ENDED_ON_ARRIVAL = frozenset({"http_error", "error"})
@@ -50,7 +51,8 @@ class Emit(NamedTuple):
     to: To
     data: bytes
     delay_s: float = 0.0
-    http: HttpAction | None = None  # a failure of the HTTP exchange this belongs to (HTTP transports)
+    http: HttpBehaviour | None = None  # how a fault acts on the HTTP exchange this belongs to (HTTP transports)
+    process: ProcessBehaviour | None = None  # what a fault does to the server process (transports that own it)
     # For an answer held back (``delay_s`` > 0): the client's request id, which the transport hands to
     # ``ProxyCore.answer_delivered`` once the bytes are out, so the event says when the client got them.
     answers: Any = None
@@ -84,6 +86,7 @@ class Finished(NamedTuple):
     delay_s: float
     protocol_version: str | None
     added_s: float | None  # the proxy's own handling time, both ways; None when it means nothing (exit, cancel)
+    generation: int | None = None  # the server's restarts before the request arrived; None: not supervised
 
 
 class RequestObserver(Protocol):
@@ -141,6 +144,16 @@ class ProxyCore:
         self._opaque_logged: set[To] = set()
         # Events of answers a fault holds back, written when the client gets them (or cancels first).
         self._held_events: dict[tuple[bool, object], _HeldEvent] = {}
+        # The server's restarts so far, when a supervisor restarts it (None: a server that is not).
+        self.generation: int | None = None
+        # The client's handshake, kept to replay to a restarted server (2025-11-25 era).
+        self._initialize: dict[str, Any] | None = None
+        self._initialized: bytes | None = None
+        self._replay_id: str | None = None  # the replayed initialize, whose answer is the proxy's own
+
+    @property
+    def observers(self) -> tuple[RequestObserver, ...]:
+        return self._observers
 
     # -- client to server ---------------------------------------------------------------------
 
@@ -151,6 +164,8 @@ class ProxyCore:
                 self._opaque(To.SERVER, line, message.why_opaque)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
                 self._cancelled(message.params.get("requestId"))
+            elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
+                self._initialized = line
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
                 self._server_request_answered(message.body)
             return [Emit(To.SERVER, line)]
@@ -161,6 +176,8 @@ class ProxyCore:
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
+            if method == "initialize":
+                self._initialize = body
         if not self.engine.cares_about(method) and not self._observers:
             # The common case, kept lean (it runs cache-cold after every wake-up): nothing can happen
             # to this request on its way through.
@@ -187,9 +204,16 @@ class ProxyCore:
                 )
         pending = InFlight(body, decision, started, tokens, parsed=call)
         http = decision.http
-        if http is not None and not http.upstream:
+        if http is not None and not http.reaches_server:
             self._record(pending, Delivery(None), upstream_contacted=False, received=http.received)
             emits.append(Emit(To.CLIENT, b"", http=http))
+            return emits
+        process = decision.process
+        if process is not None and process.before_request:
+            # The server dies (or stops) before it sees the request: it waits here, and is answered
+            # as every request in flight is when the server's fate is known.
+            self._track(InFlight(body, decision, started, tokens, parsed=call))
+            emits.append(Emit(To.SERVER, b"", process=process))
             return emits
         if decision.reply is not None:
             delivery = decision.deliver(jsonrpc.encode(dict(decision.reply)))
@@ -201,7 +225,7 @@ class ProxyCore:
         if self._propagate:
             upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
         upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
-        emits.append(Emit(To.SERVER, upstream, http=http))
+        emits.append(Emit(To.SERVER, upstream, http=http, process=process))
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
 
@@ -283,6 +307,10 @@ class ProxyCore:
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
+        if self._replay_id is not None and body["id"] == self._replay_id:
+            # The restarted server's answer to the replayed initialize: the client already has one.
+            self._replay_id = None
+            return [Emit(To.SERVER, self._initialized)] if self._initialized is not None else []
         pending = self._untrack(jsonrpc.id_key(body["id"]))
         if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
@@ -297,7 +325,7 @@ class ProxyCore:
             self.era.observe_handshake_result(call.method, body.get("result"))
         if watch_responses:
             self.engine.observe_response(call, line, body)
-        if decision.http is not None and decision.http.failure is HttpFailure.RESET:
+        if decision.http is not None and decision.http.loses_answer:
             self._record(
                 pending, Delivery(None), upstream_contacted=True, received=decision.http.received, arrived=arrived
             )
@@ -325,10 +353,7 @@ class ProxyCore:
         for unanswered in self._server_requests.values():
             self._record(unanswered, Delivery(None), upstream_contacted=True, received="upstream_exited", event=False)
         self._server_requests.clear()
-        waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
-        self._in_flight.clear()
-        self._reused.clear()
-        waiting.sort(key=lambda p: p.started)
+        waiting = self._take_waiting()
         emits = []
         for pending in waiting:
             message = (
@@ -339,10 +364,54 @@ class ProxyCore:
             reply = jsonrpc.encode(
                 jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
             )
-            self._record(pending, Delivery(reply), upstream_contacted=True, received="upstream_exited")
+            contacted = pending.decision.contacts_upstream
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="upstream_exited")
             emits.append(Emit(To.CLIENT, reply))
         self.stats.unanswered_at_exit = len(emits)
         return emits
+
+    # -- a supervised server: restarts --------------------------------------------------------------
+
+    def server_restarting(self, exit_status: int, generation: int) -> list[Emit]:
+        """The server died and is restarting as ``generation``: answer what it never answered, saying so."""
+        if self._replay_id is not None:
+            self._replay_id = None  # a replay the dead server never answered: the next one replaces it
+        waiting = self._take_waiting()
+        emits = []
+        for pending in waiting:
+            message = (
+                f"mcpfault: the MCP server restarted (exit status {exit_status}; now generation {generation}) "
+                f"before answering {pending.call.method}; the request may be retried"
+            )
+            data = {"mcpfault": {"reason": "server_restarted", "exit_code": exit_status, "generation": generation}}
+            reply = jsonrpc.encode(
+                jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
+            )
+            contacted = pending.decision.contacts_upstream  # false for a request a crash kept from the server
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="server_restarted")
+            emits.append(Emit(To.CLIENT, reply))
+        return emits
+
+    def replay_handshake(self, generation: int) -> list[bytes]:
+        """What to send a restarted server so that the client's 2025-11-25 session simply continues:
+        its initialize (under an id of the proxy's own, its answer dropped), then, once answered, its
+        ``notifications/initialized``. Nothing for the 2026-07-28 era, which is stateless."""
+        if self.era.era is not Era.LEGACY or self._initialize is None:
+            return []
+        self._replay_id = f"mcpfault-replay-{generation}"
+        return [jsonrpc.encode({**self._initialize, "id": self._replay_id})]
+
+    @property
+    def replaying(self) -> bool:
+        """A replayed initialize is waiting for the restarted server's answer."""
+        return self._replay_id is not None
+
+    def _take_waiting(self) -> list[InFlight]:
+        waiting = [*self._in_flight.values(), *(p for queue in self._reused.values() for p in queue)]
+        self._in_flight.clear()
+        self._reused.clear()
+        waiting.sort(key=lambda p: p.started)
+        return waiting
 
     def end(
         self,
@@ -422,14 +491,14 @@ class ProxyCore:
             received, error_code = classify(b"", call.request_id, body)  # the client's answer, already parsed
         elif received is None:
             received, error_code = classify(delivery.data, call.request_id, body)
-        elif received == "upstream_exited":
+        elif received in ("upstream_exited", "server_restarted"):
             error_code = jsonrpc.UPSTREAM_UNAVAILABLE
         delay_s = delivery.delay_s + decision.added_delay_s
         if decision.applied:
             self.stats.received[received] += 1
         if self._observers:
             now = self._clock()
-            if received in _UNTIMED:
+            if received in _UNTIMED or (decision.http is not None and received == decision.http.received):
                 added_s: float | None = None
             elif upstream_contacted:
                 added_s = None if arrived is None else pending.handled_s + (now - arrived)
@@ -446,6 +515,7 @@ class ProxyCore:
                 delay_s,
                 self.era.protocol_version,
                 added_s,
+                self.generation,
             )
             for observer, token in zip(self._observers, pending.tokens, strict=False):
                 observer.finished(token, outcome)
@@ -467,6 +537,8 @@ class ProxyCore:
             "era": self.era.era.value,
             "protocol_version": self.era.protocol_version,
         }
+        if self.generation is not None:
+            record["server_generation"] = self.generation
         if len(decision.applied) > 1:
             record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
         if error_code is not None:

@@ -4,7 +4,7 @@ Each POST carries one JSON-RPC message; the core (one per session, or one per re
 session: see http_sessions.py) decides what happens to it, and this module carries that out over
 HTTP: it forwards the request upstream over a pooled connection, and relays the answer, a JSON
 body or an SSE stream event by event as it arrives (an event the core leaves alone crosses byte
-for byte). HTTP-level faults (``HttpAction``) are carried out here: a status instead of an answer,
+for byte). HTTP-level faults (an ``HttpBehaviour`` each) are carried out here: a status instead of an answer,
 a dropped connection, a stream cut before the answer, a 404 for a live session, a held first byte.
 
 GET (the server's own SSE stream) and DELETE on the MCP endpoint, and anything on other paths,
@@ -27,7 +27,7 @@ from multidict import CIMultiDictProxy
 from yarl import URL
 
 from mcpfault.errors import UsageError
-from mcpfault.faults.base import HttpAction
+from mcpfault.faults.base import HttpBehaviour
 from mcpfault.loopback import require_token_beyond_loopback
 from mcpfault.protocol import jsonrpc
 from mcpfault.proxy import http_server as web
@@ -240,7 +240,7 @@ class HttpProxy:
         return response
 
     async def _relay_answer(
-        self, exchange: Exchange, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
+        self, exchange: Exchange, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
     ) -> web.StreamResponse:
         core, status = exchange.core, answer.status
         new_session = answer.headers.get(SESSION_HEADER)

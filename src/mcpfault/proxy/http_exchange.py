@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from multidict import CIMultiDict
 
-from mcpfault.faults.base import HttpAction, HttpFailure
+from mcpfault.faults.base import HttpBehaviour
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import http_server as web
@@ -75,7 +75,11 @@ class Limits:
 
 
 class Exchange:
-    """One POST: the client's request, the core that decided it, and how its answer reaches the client."""
+    """One POST: the client's request, the core that decided it, and how its answer reaches the client.
+
+    It is the ``HttpExchangeOps`` an HTTP fault's behaviour acts through (faults/base.py), and it
+    calls the behaviour's hooks at fixed points without knowing which fault it carries out.
+    """
 
     def __init__(
         self, request: web.Request, core: ProxyCore, body: bytes, session_id: str | None, limits: Limits
@@ -97,56 +101,65 @@ class Exchange:
 
     async def answer_locally(self, emits: list[Emit]) -> web.StreamResponse:
         """The engine answered in the server's place (or broke the exchange before it left)."""
-        action = next((e.http for e in emits if e.http is not None), None)
-        if action is not None:
-            return await self.fail(action)
+        behaviour = next((e.http for e in emits if e.http is not None), None)
+        if behaviour is not None:
+            response: web.StreamResponse = behaviour.answer_instead(self)
+            return response
         return await self._deliver(emits, status=200, headers=CIMultiDict())
 
-    async def fail(self, action: HttpAction) -> web.StreamResponse:
-        if action.failure is HttpFailure.RESET:
-            return abort(self.request)
-        if action.failure is HttpFailure.SESSION_EXPIRED:
-            return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
+    # -- HttpExchangeOps: what an HTTP fault acts through -----------------------------------------
+
+    def status_answer(self, status: int, headers: tuple[tuple[str, str], ...]) -> web.StreamResponse:
         try:
-            reason = HTTPStatus(action.status).phrase
+            reason = HTTPStatus(status).phrase
         except ValueError:  # a status the standard library has no name for, such as 599
             reason = "Error"
-        return web.Response(status=action.status, headers=dict(action.headers), text=f"{action.status} {reason}\n")
+        return web.Response(status=status, headers=dict(headers), text=f"{status} {reason}\n")
+
+    def json_error_answer(self, status: int, code: int, message: str) -> web.StreamResponse:
+        return error_response(status, None, message, code=code)
+
+    def reset(self) -> web.StreamResponse:
+        return abort(self.request)
+
+    # -- relaying the upstream's answer ---------------------------------------------------------
 
     async def relay_json(
-        self, answer: UpstreamAnswer, data: bytes, action: HttpAction | None, notes: list[Emit]
+        self, answer: UpstreamAnswer, data: bytes, action: HttpBehaviour | None, notes: list[Emit]
     ) -> web.StreamResponse:
         headers = relayed_headers(answer.headers)
-        if action is not None and action.failure is HttpFailure.STREAM_CUT:
+        cut = action.cut_after_events if action is not None else None
+        if action is not None and cut is not None:
             # Sent as a stream so that it can be cut: the notes (up to the cut) and then the end.
             headers["Content-Type"] = SSE
             response = await self._open_stream(answer.status, headers, action)
-            for note in notes[: action.after_events]:
+            for note in notes[:cut]:
                 await response.write(sse.encode(note.data))
-            self.core.end(self.request_id, "stream_cut")
+            self.core.end(self.request_id, str(action.received))
             await response.write_eof()
             return response
         emits = [e for e in self.core.from_server(data) if e.to is To.CLIENT]
-        if action is not None and action.failure is HttpFailure.RESET:
+        if action is not None and action.loses_answer:
             return abort(self.request)
-        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
-            await asyncio.sleep(action.delay_s)
+        if action is not None and action.first_byte_delay_s:
+            await asyncio.sleep(action.first_byte_delay_s)
         return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
 
     async def relay_stream(
-        self, answer: UpstreamAnswer, action: HttpAction | None, notes: list[Emit]
+        self, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
     ) -> web.StreamResponse:
-        if action is not None and action.failure is HttpFailure.RESET:
+        if action is not None and action.loses_answer:
             # The server finishes its work and answers; the connection drops before a byte of it leaves.
             for line in _sse_data(await read_limited(answer, self._limits.max_response_bytes)):
                 self.core.from_server(line)
-            self.core.end(self.request_id, "reset")
+            self.core.end(self.request_id, str(action.received))
             return abort(self.request)
-        cut = action if action is not None and action.failure is HttpFailure.STREAM_CUT else None
+        cut = action.cut_after_events if action is not None else None
+        cut_as = str(action.received) if action is not None else ""
         response = await self._open_stream(answer.status, relayed_headers(answer.headers), action)
         relayed = 0
         for note in notes:
-            if cut is not None and relayed >= cut.after_events:
+            if cut is not None and relayed >= cut:
                 break
             await response.write(sse.encode(note.data))
             relayed += 1
@@ -158,8 +171,8 @@ class Exchange:
                     if event.data is None:
                         await response.write(event.raw)
                         continue
-                    if cut is not None and (relayed >= cut.after_events or self._answers(event.data)):
-                        self.core.end(self.request_id, "stream_cut")
+                    if cut is not None and (relayed >= cut or self._answers(event.data)):
+                        self.core.end(self.request_id, cut_as)
                         await response.write_eof()
                         return response
                     emits = [e for e in self.core.from_server(event.data) if e.to is To.CLIENT]
@@ -199,10 +212,10 @@ class Exchange:
         )
 
     async def _open_stream(
-        self, status: int, headers: CIMultiDict[str], action: HttpAction | None
+        self, status: int, headers: CIMultiDict[str], action: HttpBehaviour | None
     ) -> web.StreamResponse:
-        if action is not None and action.failure is HttpFailure.FIRST_BYTE:
-            await asyncio.sleep(action.delay_s)
+        if action is not None and action.first_byte_delay_s:
+            await asyncio.sleep(action.first_byte_delay_s)
         headers["Content-Type"] = headers.get("Content-Type", SSE)
         response = web.StreamResponse(status=status, headers=headers)
         await response.prepare(self.request)

@@ -24,19 +24,9 @@ from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import span_name
 
-# What a fault did, as a span event on the proxy's span.
-_FAULT_EVENTS = {
-    "timeout": names.EVENT_DROP,
-    "latency": names.EVENT_DELAY,
-    "malformed": names.EVENT_CORRUPT,
-    "stale": names.EVENT_STALE_HIT,
-    "schema_drift": names.EVENT_DRIFT,
-    "first_byte_latency": names.EVENT_DELAY,
-}
-
-
-# What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
-_HTTP_FAILURES = frozenset({"http_error", "reset", "stream_cut", "session_expired", "upstream_unreachable"})
+# What the HTTP transport itself can give a client instead of an answer; each is its own error.type
+# (as is what an HTTP fault gives: its behaviour's ``received``).
+_HTTP_FAILURES = frozenset({"http_error", "upstream_unreachable"})
 
 
 class _Clock:
@@ -158,17 +148,22 @@ class TelemetryObserver:
         attributes[names.CLIENT_RECEIVED] = outcome.received
         if outcome.protocol_version:
             attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
+        if outcome.generation is not None:
+            attributes[names.SERVER_GENERATION] = outcome.generation
         events: list[tuple[str, int, dict[str, Any]]] = []
         if outcome.upstream_contacted:
             events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
             events.append((names.EVENT_UPSTREAM_RECEIVED, self._clock.unix_ns(outcome.finished), {}))
+        # Every fault applied leaves its own event (the fault type names it), so none of a combination is lost.
         for applied in outcome.decision.applied:
-            event = _FAULT_EVENTS.get(applied.type_name)
-            if event is not None:
-                details: dict[str, Any] = {names.FAULT_MODE: applied.mode, names.FAULT_RULE: applied.rule}
-                if outcome.delay_s:
-                    details["mcpfault.delay_s"] = outcome.delay_s
-                events.append((event, self._clock.unix_ns(outcome.finished), details))
+            details: dict[str, Any] = {
+                names.FAULT_TYPE: applied.type_name,
+                names.FAULT_MODE: applied.mode,
+                names.FAULT_RULE: applied.rule,
+            }
+            if outcome.delay_s:
+                details["mcpfault.delay_s"] = outcome.delay_s
+            events.append((applied.event, self._clock.unix_ns(outcome.finished), details))
         for change in outcome.decision.changes:
             note: dict[str, Any] = {names.CONTROL_ACTION: change.action, names.CONTROL_VERSION: change.version}
             if change.rule is not None:
@@ -186,13 +181,14 @@ class TelemetryObserver:
 
 
 def _error_type(outcome: Finished) -> str | None:
-    if outcome.received in ("error", "upstream_exited"):
+    if outcome.received in ("error", "upstream_exited", "server_restarted"):
         return str(outcome.error_code) if outcome.error_code is not None else names.OTHER
     if outcome.received == "tool_error":
         return names.ERROR_TYPE_TOOL_ERROR
     if outcome.received in ("nothing", "malformed"):
         return names.OTHER
-    if outcome.received in _HTTP_FAILURES:
+    http = outcome.decision.http
+    if outcome.received in _HTTP_FAILURES or (http is not None and outcome.received == http.received):
         return outcome.received
     return None
 

@@ -5,13 +5,20 @@ thread per direction reads, runs the core (under one lock: the core is not threa
 with one ``write`` per destination per chunk read. Everything else with a lifetime (the two reader
 threads, signal forwarding, delayed deliveries, the shutdown timer) is a task of one anyio task
 group, and the reader threads stop when the group asks them to.
+
+The server is a ``Supervisor``'s: with the profile's ``[server]`` table it is restarted after it
+dies. In between, what the client sends is held (up to ``hold_s``) and written to the next
+generation, after the client's handshake is replayed to it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,9 +27,12 @@ import structlog
 from anyio import CancelScope, from_thread, to_thread
 from anyio.abc import TaskGroup
 
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import pipes
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -30,6 +40,8 @@ log = structlog.get_logger("mcpfault.proxy")
 DRAIN_AFTER_EXIT_S = 0.5
 # How long the client gets to take the last bytes before the proxy exits anyway.
 FLUSH_TO_CLIENT_S = 5.0
+# How often time-triggered rules (a process fault at start_after_s) are looked at.
+TIMER_TICK_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,25 +58,33 @@ def exit_status(returncode: int) -> int:
 
 
 class StdioProxy:
-    def __init__(self, core: ProxyCore, server: ChildProcess, lifecycle: Lifecycle = Lifecycle()) -> None:
+    def __init__(self, core: ProxyCore, server: Supervisor, lifecycle: Lifecycle = Lifecycle()) -> None:
         self.core = core
-        self._server = server
+        self._supervisor = server
         self._lifecycle = lifecycle
         self._stop = pipes.StopSignal()
         self._core_lock = threading.Lock()
         self._state_lock = threading.Lock()
+        self._server_lock = threading.Lock()  # the server's stdin, whether it is up, what waits for it
         self._tg: TaskGroup
         self._to_server: pipes.FdWriter
         self._to_client: pipes.FdWriter
+        self._server_stdout = -1
         self._server_stdout_closed = anyio.Event()
         self._delayed: dict[int, tuple[Emit, CancelScope]] = {}
         self._client_gone = False
         self._ending = False
+        self._shutdown = anyio.Event()  # the client left or a signal came: no more restarts
+        self._server_up = True
+        self._held: list[tuple[float, bytes]] = []  # (when, line) sent while the server was down
         self._core_failed_logged = False
         self._client_mid_line = False  # the server's last bytes were a partial line (it died mid-write, say)
         self._client_lines = pipes.LineSplitter()
         self._server_lines = pipes.LineSplitter()
         self._loop_thread = threading.get_ident()
+        self._started = 0.0
+        if server.settings.restart != "never":
+            core.generation = server.generation
 
     def _in_loop(self, function: Callable[..., object], *args: object) -> None:
         """Run ``function`` on the event loop's thread, from whichever thread we are on."""
@@ -74,32 +94,154 @@ class StdioProxy:
             from_thread.run_sync(function, *args)
 
     async def run(self, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-        """Relay until the server exits; return its exit status."""
+        """Relay until the server exits (for good, when it is restarted); return its exit status."""
         self._loop_thread = threading.get_ident()
-        server_stdin, server_stdout = self._server.take_pipes()
-        modes = pipes.set_nonblocking([stdin_fd, stdout_fd, server_stdin, server_stdout])
-        self._to_server = pipes.FdWriter(server_stdin, self._stop, owned=True)
+        self._started = anyio.current_time()
+        modes = pipes.set_nonblocking([stdin_fd, stdout_fd])
         self._to_client = pipes.FdWriter(stdout_fd, self._stop, owned=False)
+        self._attach(self._supervisor.child)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                # Never blocks the caller (a reader thread may hold the core's lock, which the loop may want).
+                loop = asyncio.get_running_loop()
+                later: asyncio.Queue[Later] = asyncio.Queue()
+                self._supervisor.bind(lambda make: loop.call_soon_threadsafe(later.put_nowait, make))
+                tg.start_soon(self._run_later, later)
                 tg.start_soon(self._pump, stdin_fd, self._client_data, self._client_eof)
-                tg.start_soon(self._pump, server_stdout, self._server_data, self._server_eof)
+                tg.start_soon(self._pump_server, self._server_stdout, self._server_stdout_closed)
                 tg.start_soon(self._forward_signals)
-                returncode = await self._server.wait()
-                with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
-                    await self._server_stdout_closed.wait()
-                status = exit_status(returncode)
+                if self.core.engine.next_due_s() is not None:
+                    tg.start_soon(self._timed_faults)
+                while True:
+                    returncode = await self._supervisor.child.wait()
+                    with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
+                        await self._server_stdout_closed.wait()
+                    status = exit_status(returncode)
+                    if not self._supervisor.died(status, shutting_down=self._shutdown.is_set()):
+                        break
+                    if not await self._restart(status):
+                        break
+                if self._supervisor.down:
+                    self._supervisor.gave_up()
                 await self._finish(status)
                 self._stop.set()
                 tg.cancel_scope.cancel()
         finally:
             self._stop.set()
             self._to_server.close()
-            os.close(server_stdout)
+            with contextlib.suppress(OSError):
+                os.close(self._server_stdout)
             self._stop.close()
             pipes.restore_blocking({fd: mode for fd, mode in modes.items() if fd in (stdin_fd, stdout_fd)})
         return status
+
+    async def _run_later(self, later: asyncio.Queue[Later]) -> None:
+        """What the supervisor schedules (a SIGCONT, a duty cycle, a memory watch) runs in the task group."""
+        while True:
+            self._tg.start_soon(await later.get())
+
+    def _attach(self, child: ChildProcess) -> None:
+        """Take a generation's pipes: its stdin is where the client's lines go from now on."""
+        server_stdin, server_stdout = child.take_pipes()
+        pipes.set_nonblocking([server_stdin, server_stdout])
+        self._to_server = pipes.FdWriter(server_stdin, self._stop, owned=True)
+        self._server_stdout = server_stdout
+        self._server_stdout_closed = anyio.Event()
+        self._server_lines = pipes.LineSplitter()
+
+    async def _restart(self, status: int) -> bool:
+        """Between two generations: answer what the dead one never will, wait, start the next.
+
+        False when the proxy is to end instead (a signal or the client left meanwhile, or the server
+        cannot be started again)."""
+        with self._server_lock:
+            self._server_up = False
+        generation = self._supervisor.generation + 1
+        with self._core_lock:
+            emits = self.core.server_restarting(status, generation)
+        if self._client_mid_line and emits:
+            emits.insert(0, Emit(To.CLIENT, b"\n"))
+            self._client_mid_line = False
+        await self._write(emits)
+        self._to_server.close()
+        with contextlib.suppress(OSError):
+            os.close(self._server_stdout)
+        self._tg.start_soon(self._expire_held)
+        with anyio.move_on_after(self._supervisor.settings.restart_delay_s):
+            await self._shutdown.wait()
+        if self._shutdown.is_set():
+            return False
+        try:
+            child = self._supervisor.start()
+        except Exception as exc:
+            log.error("cannot restart the MCP server", error=str(exc))
+            return False
+        with self._core_lock:
+            self.core.generation = self._supervisor.generation
+            replay = self.core.replay_handshake(generation) if self._supervisor.settings.replay_handshake else []
+        self._attach(child)
+        self._tg.start_soon(self._pump_server, self._server_stdout, self._server_stdout_closed)
+        if replay:
+            self._to_server.write(b"".join(replay))  # the held lines follow once it is answered
+        else:
+            self._release_held()
+        return True
+
+    def _release_held(self) -> None:
+        """The server is back: what waited for it goes out, in order, before anything newer."""
+        with self._server_lock:
+            held, self._held = self._held, []
+            if held and not self._client_gone:
+                self._to_server.write(b"".join(line for _, line in held))
+            self._server_up = True
+
+    async def _expire_held(self) -> None:
+        """Requests held longer than ``hold_s`` are answered with an error; the server is not back."""
+        hold_s = self._supervisor.settings.hold_s
+        while True:
+            with self._server_lock:
+                if self._server_up:
+                    return
+                now = time.monotonic()
+                expired = [line for when, line in self._held if now - when >= hold_s]
+                self._held = [(when, line) for when, line in self._held if now - when < hold_s]
+                waiting = min((when for when, _ in self._held), default=None)
+            answers = [answer for line in expired if (answer := self._held_too_long(line, hold_s)) is not None]
+            if answers:
+                await self._write(answers)
+            if self._shutdown.is_set() and waiting is None:
+                return
+            await anyio.sleep(hold_s if waiting is None else max(0.0, waiting + hold_s - time.monotonic()))
+
+    def _held_too_long(self, line: bytes, hold_s: float) -> Emit | None:
+        message = jsonrpc.parse(line)
+        if message.kind is not MessageKind.REQUEST or message.body is None:
+            return None  # a notification or an answer: nobody waits for it
+        request_id = message.body.get("id")
+        text = f"mcpfault: the MCP server is down (restarting) and was not back within {hold_s:g}s; retry later"
+        data = {"mcpfault": {"reason": "server_down", "hold_s": hold_s}}
+        reply = jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data))
+        with self._core_lock:
+            known = self.core.end(
+                request_id, "timeout", reply=reply, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
+            )
+        return Emit(To.CLIENT, reply) if known else None
+
+    async def _timed_faults(self) -> None:
+        """Time-triggered rules (a process fault at ``start_after_s``): performed when due."""
+        engine = self.core.engine
+        while (due_s := engine.next_due_s()) is not None:
+            await anyio.sleep(max(0.0, due_s - (anyio.current_time() - self._started)))
+            with self._core_lock:
+                decisions = engine.due(anyio.current_time() - self._started)
+                for decision in decisions:
+                    for applied in decision.applied:
+                        self.core.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
+            for decision in decisions:
+                if decision.process is not None and not self._supervisor.down:
+                    decision.process.perform(self._supervisor.ops)
+            await anyio.sleep(TIMER_TICK_S)
 
     # -- the reader threads -----------------------------------------------------------------------
 
@@ -109,11 +251,20 @@ class StdioProxy:
         if not self._stop.is_set:
             on_eof()
 
+    async def _pump_server(self, fd: int, closed: anyio.Event) -> None:
+        """One generation's stdout, until its EOF."""
+        await self._pump(fd, self._server_data, lambda: self._server_eof(closed))
+
     def _client_data(self, data: bytes) -> None:
         self._relay(self._client_lines.feed(data), self.core.from_client, To.SERVER)
 
     def _server_data(self, data: bytes) -> None:
-        self._relay(self._server_lines.feed(data), self.core.from_server, To.CLIENT)
+        lines = self._server_lines.feed(data)
+        if self._supervisor.down and any(jsonrpc.parse(line).kind is MessageKind.RESPONSE for line in lines):
+            self._supervisor.answered()  # the restarted server answers: its downtime ends
+        self._relay(lines, self.core.from_server, To.CLIENT)
+        if not self._server_up and not self.core.replaying:
+            self._release_held()  # the replayed handshake is answered: the client's requests may follow
 
     def _client_eof(self) -> None:
         rest = self._client_lines.rest()
@@ -121,12 +272,12 @@ class StdioProxy:
             self._relay([rest], self.core.from_client, To.SERVER)
         self._client_left("the client closed stdin")
 
-    def _server_eof(self) -> None:
+    def _server_eof(self, closed: anyio.Event) -> None:
         rest = self._server_lines.rest()
         if rest:
             self._relay([rest], self.core.from_server, To.CLIENT)
             self._client_mid_line = True
-        self._server_stdout_closed.set()
+        self._in_loop(closed.set)
 
     def _relay(self, lines: list[bytes], handle: Callable[[bytes], list[Emit]], natural: To) -> None:
         to_server: list[bytes] = []
@@ -142,19 +293,47 @@ class StdioProxy:
                         log.exception("internal error while handling a line; relaying it untouched", size=len(line))
                     emits = [Emit(natural, line)]
                 for emit in emits:
+                    if emit.process is not None:
+                        # Before the request goes out (a stall stops the server first; a crash
+                        # before it leaves the request unsent): what came before it goes first.
+                        self._to_server_now(to_server)
+                        to_server = []
+                        if not self._supervisor.down:
+                            emit.process.perform(self._supervisor.ops)
                     if emit.delay_s > 0:
                         later.append(emit)
                     elif emit.to is To.SERVER:
-                        to_server.append(emit.data)
+                        if emit.data:
+                            to_server.append(emit.data)
                     else:
                         to_client.append(emit.data)
         # One write per destination per chunk: the syscall, not the parsing, is the cost that matters.
         if to_client and not self._to_client.write(b"".join(to_client) if len(to_client) > 1 else to_client[0]):
             self._client_left(f"the client stopped reading ({self._to_client.broken})")
-        if to_server and not self._client_gone:
-            self._to_server.write(b"".join(to_server) if len(to_server) > 1 else to_server[0])
+        if to_server and natural is To.CLIENT:
+            # From the server's own lines: the replayed handshake's end, which must not wait behind what is held.
+            if not self._client_gone:
+                self._to_server.write(b"".join(to_server))
+        elif to_server:
+            self._to_server_now(to_server)
         for emit in later:
             self._in_loop(self._schedule, emit)
+
+    def _to_server_now(self, lines: list[bytes]) -> None:
+        """Write to the server, or hold the lines while it is down (a restart is coming)."""
+        if not lines or self._client_gone:
+            return
+        data = b"".join(lines) if len(lines) > 1 else lines[0]
+        if self._server_up:  # read without the lock first: the common case must stay lean
+            with self._server_lock:
+                if self._server_up:
+                    self._to_server.write(data)
+                    return
+        with self._server_lock:
+            if self._server_up:
+                self._to_server.write(data)
+            else:
+                self._held.append((time.monotonic(), data))
 
     # -- the event loop side ----------------------------------------------------------------------
 
@@ -185,7 +364,7 @@ class StdioProxy:
         if to_client:
             await to_thread.run_sync(self._to_client.write, to_client, abandon_on_cancel=True)
         if to_server and not self._client_gone:
-            await to_thread.run_sync(self._to_server.write, to_server, abandon_on_cancel=True)
+            await to_thread.run_sync(self._to_server_now, [to_server], abandon_on_cancel=True)
 
     def _client_left(self, why: str) -> None:
         """Close the server's stdin, give it time to exit, then end it. Safe from any thread."""
@@ -193,6 +372,7 @@ class StdioProxy:
             if self._client_gone or self._ending:
                 return
             self._client_gone = True
+        self._in_loop(self._shutdown.set)
         log.info("closing the MCP server's stdin", why=why)
         self._to_server.close()
         self._in_loop(self._tg.start_soon, self._end_server_after, self._lifecycle.shutdown_timeout_s)
@@ -200,19 +380,21 @@ class StdioProxy:
     async def _forward_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
+                self._shutdown.set()  # whatever the server does now, it is not restarted
                 log.info("forwarding signal to the MCP server", signal=signal.Signals(signum).name)
-                self._server.send_signal(signum)
+                self._supervisor.child.send_signal(signum)
                 self._tg.start_soon(self._end_server_after, self._lifecycle.shutdown_timeout_s)
 
     async def _end_server_after(self, grace_s: float) -> None:
         await anyio.sleep(grace_s)
-        if self._server.returncode is None:
+        server = self._supervisor.child
+        if server.returncode is None:
             log.warning("the MCP server did not exit in time; sending SIGTERM", grace_s=grace_s)
-            self._server.terminate()
+            server.terminate()
             await anyio.sleep(self._lifecycle.kill_timeout_s)
-            if self._server.returncode is None:
+            if server.returncode is None:
                 log.warning("the MCP server ignored SIGTERM; sending SIGKILL")
-                self._server.kill()
+                server.kill()
 
     async def _finish(self, status: int) -> None:
         """The server is gone: deliver what is held back, then answer what it never answered."""
@@ -240,14 +422,21 @@ async def run_stdio(
     *,
     stdin_fd: int = 0,
     stdout_fd: int = 1,
-    started: Callable[[ChildProcess], None] | None = None,
+    supervisor: Supervisor | None = None,
 ) -> int:
     """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status.
-    ``started`` is told the server process once it runs (the control API acts on it)."""
-    server = ChildProcess.start(command)
-    if started is not None:
-        started(server)
+
+    The server is supervised as the profile's ``[server]`` table says (pass ``supervisor`` to keep
+    a handle on it: its generation, its pid, the control operations)."""
+    if supervisor is None:
+        supervisor = Supervisor(command, core.engine.profile.server, observers=server_observers(core))
+    supervisor.start()
     try:
-        return await StdioProxy(core, server, lifecycle).run(stdin_fd, stdout_fd)
+        return await StdioProxy(core, supervisor, lifecycle).run(stdin_fd, stdout_fd)
     finally:
-        server.kill()
+        supervisor.child.kill()
+
+
+def server_observers(core: ProxyCore) -> list[ServerObserver]:
+    """The core's observers that also watch the server (the metrics)."""
+    return [o for o in core.observers if isinstance(o, ServerObserver)]

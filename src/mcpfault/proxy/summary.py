@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
 from mcpfault.proxy.core import Stats
@@ -18,7 +19,7 @@ class Decider(Protocol):
     def counters(self) -> list[tuple[str, int, int]]: ...
 
 
-def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO) -> None:
+def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO, *, supervisor: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -34,7 +35,9 @@ def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO) -> None:
     matched = {name: count for name, count, _ in engine.counters()}
     for (rule, type_name, mode), count in sorted(stats.faults.items()):
         seen = matched.get(rule, 0)
-        share = f"{100 * count / seen:.0f}%" if seen and type_name != "schema_drift" else "-"
+        fault_type = CATALOG.get(type_name)
+        # A persistent fault applies to every call once in force: a share of matched would mislead.
+        share = f"{100 * count / seen:.0f}%" if seen and fault_type is not None and not fault_type.persistent else "-"
         table.add_row(rule, type_name, mode, str(count), share)
     if not stats.faults:
         table.add_row("(none)", "-", "-", "0", "-")
@@ -53,4 +56,29 @@ def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO) -> None:
             f"{stats.unanswered_at_exit} request(s) answered with an 'upstream exited' error"
         )
     for line in lines:
+        console.print(line)
+    if supervisor is not None and (supervisor.settings.restart != "never" or supervisor.crashes):
+        _render_server(console, supervisor)
+
+
+def _render_server(console: Any, supervisor: Any) -> None:
+    """The supervised server: generations, crashes by cause, restarts, downtime."""
+    from rich.table import Table
+
+    from mcpfault.proxy.supervisor import summary_lines
+
+    table = Table(title="server process", title_justify="left")
+    for column in ("generation", "crashes (by cause)", "restarts", "downtime total", "longest"):
+        table.add_column(column, justify="right" if column != "crashes (by cause)" else "left")
+    crashes = ", ".join(f"{cause} {n}" for cause, n in sorted(supervisor.crashes.items())) or "0"
+    downtimes = supervisor.downtimes_s
+    table.add_row(
+        str(supervisor.generation),
+        crashes,
+        str(supervisor.restarts),
+        f"{sum(downtimes):.3f}s",
+        f"{max(downtimes, default=0.0):.3f}s",
+    )
+    console.print(table)
+    for line in summary_lines(supervisor):
         console.print(line)

@@ -46,6 +46,7 @@ DIRECTION: Final = "mcpfault.direction"  # DIRECTION_* below: which peer sent th
 DIRECTION_CLIENT_TO_SERVER: Final = "client_to_server"
 DIRECTION_SERVER_TO_CLIENT: Final = "server_to_client"  # sampling, elicitation, roots: never faulted
 CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
+SERVER_GENERATION: Final = "mcpfault.server.generation"  # int: restarts of the server before this request
 
 # --- Span events: the proxy's phases within one request span -----------------------------------
 EVENT_UPSTREAM_SENT: Final = "upstream.sent"
@@ -55,6 +56,16 @@ EVENT_DROP: Final = "mcpfault.drop"
 EVENT_CORRUPT: Final = "mcpfault.corrupt"
 EVENT_STALE_HIT: Final = "mcpfault.stale_hit"
 EVENT_DRIFT: Final = "mcpfault.drift"
+EVENT_ERROR: Final = "mcpfault.error"  # the proxy answered with an error in the server's place
+EVENT_HTTP_STATUS: Final = "mcpfault.http_status"
+EVENT_RESET: Final = "mcpfault.reset"
+EVENT_STREAM_CUT: Final = "mcpfault.stream_cut"
+EVENT_SESSION_EXPIRED: Final = "mcpfault.session_expired"
+EVENT_FIRST_BYTE_DELAY: Final = "mcpfault.first_byte_delay"
+EVENT_CRASH: Final = "mcpfault.crash"
+EVENT_STALL: Final = "mcpfault.stall"
+EVENT_CPU_STARVE: Final = "mcpfault.cpu_starve"
+EVENT_OOM_KILL: Final = "mcpfault.oom_kill"
 # A change through the control API (a rule added, removed or changed, faults off or on, a process
 # action), on the next span each engine decides after it.
 EVENT_CONTROL: Final = "mcpfault.control"

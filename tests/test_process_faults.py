@@ -1,0 +1,380 @@
+"""Process faults and the supervisor, against real processes: the official SDK client and server.
+
+Every test runs its proxy with a tag in the environment that the server and its children inherit;
+after the test, no process carrying the tag may be left (the orphan check reads /proc).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
+
+from mcpfault.errors import ProfileError
+from mcpfault.faults import profile
+from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
+
+PROCESS_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "servers" / "process_server.py")]
+TAG = "MCPFAULT_TEST_ORPHAN_TAG"
+LEGACY_INIT = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "raw-test-client", "version": "0"},
+}
+
+
+# -- the orphan check -------------------------------------------------------------------------
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Pids of live processes whose environment carries ``tag`` (ours only: others' are unreadable)."""
+    found = []
+    needle = f"{TAG}={tag}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    with open(f"/proc/{entry}/stat", "rb") as stat:
+                        if stat.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def orphan_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(TAG, tag)
+    yield tag
+    deadline = time.monotonic() + 5
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:  # leave the machine clean, then fail
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def proxy_params(profile_path: Path, events: Path, *server_args: str) -> StdioServerParameters:
+    args = ["-m", "mcpfault", "proxy", "--config", str(profile_path), "--events", str(events)]
+    return StdioServerParameters(
+        command=sys.executable, args=[*args, "--", *PROCESS_SERVER, *server_args], cwd=str(ROOT), env=dict(os.environ)
+    )
+
+
+@asynccontextmanager
+async def sdk_client(params: StdioServerParameters, mode: str, timeout_s: float = 10) -> AsyncIterator[Client]:
+    with open(os.devnull, "w", encoding="utf-8") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=mode, read_timeout_seconds=timeout_s) as client:
+            yield client
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def raw_proxy(tmp_path: Path, text: str, *server_args: str, legacy: bool = True) -> ProxyProcess:
+    """The proxy over raw pipes in front of the SDK server, its 2025-11-25 handshake done."""
+    proxy = ProxyProcess(write_profile(tmp_path, text), tmp_path, server=[*PROCESS_SERVER, *server_args])
+    if legacy:
+        proxy.send(request(0, "initialize", LEGACY_INIT))
+        assert "result" in proxy.read_json(timeout=20)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    return proxy
+
+
+def tool_text(answer: dict[str, Any]) -> str:
+    text: str = answer["result"]["content"][0]["text"]
+    return text
+
+
+# -- crash and restart ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_sdk_client_through_a_crash_with_restart_and_replay(tmp_path: Path, mode: str) -> None:
+    events = tmp_path / "events.jsonl"
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.2
+
+[[faults]]
+name = "kill"
+type = "crash"
+tools = ["whoami"]
+after = 1
+limit = 1
+"""
+    with anyio.fail_after(60):
+        async with sdk_client(proxy_params(write_profile(tmp_path, text), events), mode) as client:
+            first = int(text_of(await client.call_tool("whoami", {})))
+            await client.call_tool("spawn_child", {})  # a grandchild: it must die with the server's group
+            with pytest.raises(MCPError, match="restarted") as raised:
+                await client.call_tool("whoami", {})
+            assert raised.value.error.data["mcpfault"]["generation"] == 1
+            second = int(text_of(await client.call_tool("whoami", {})))
+            assert text_of(await client.call_tool("echo", {"text": "still here"})) == "still here"
+    assert first != second
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    calls = [r for r in records if r["method"] == "tools/call"]
+    assert [(r["tool"], r["client_received"], r["server_generation"]) for r in calls] == [
+        ("whoami", "response", 0),
+        ("spawn_child", "response", 0),
+        ("whoami", "server_restarted", 0),
+        ("whoami", "response", 1),
+        ("echo", "response", 1),
+    ]
+    assert calls[2]["fault_type"] == "crash" and calls[2]["upstream_contacted"] is False
+
+
+def test_crash_without_restart_is_a_real_server_death(tmp_path: Path) -> None:
+    proxy = raw_proxy(tmp_path, '[[faults]]\ntype = "crash"\ntools = ["echo"]\nafter = 1\n')
+    try:
+        proxy.send(call(1, "echo", text="one"))
+        assert tool_text(proxy.read_json()) == "one"
+        proxy.send(call(2, "echo", text="two"))
+        answer = proxy.read_json()
+        assert answer["id"] == 2 and answer["error"]["data"]["mcpfault"] == {
+            "reason": "upstream_exited",
+            "exit_code": 137,
+        }
+        assert proxy.read_until_eof(timeout=5) == b""
+        assert proxy.wait() == 137
+    finally:
+        proxy.close()
+
+
+def test_crash_after_lets_the_server_act_first(tmp_path: Path) -> None:
+    proxy = raw_proxy(
+        tmp_path,
+        '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.5\ntools = ["spawn_child"]\n',
+    )
+    try:
+        proxy.send(call(1, "spawn_child"))
+        child_pid = int(tool_text(proxy.read_json()))  # it answered before the kill
+        assert proxy.wait() == 137
+        assert proxy.events()[-1]["fault_mode"] == "after"
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{child_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the grandchild went with the server's process group
+    finally:
+        proxy.close()
+
+
+def test_supervisor_restarts_a_server_that_exits_by_itself(tmp_path: Path) -> None:
+    text = '[server]\nrestart = "on-crash"\nrestart_delay_s = 0.1\nmax_restarts = 1\n'
+    proxy = raw_proxy(tmp_path, text, "--exit-after-s", "3")
+    try:
+        proxy.send(call(1, "whoami"))
+        first = int(tool_text(proxy.read_json()))
+        time.sleep(4.5)
+        proxy.send(call(2, "whoami"))  # held until the restarted server has the replayed handshake
+        second = int(tool_text(proxy.read_json(timeout=20)))
+        assert first != second
+        proxy.close_stdin()
+        proxy.wait()
+        assert "server: generation 1, crashes none 1, restarts 1" in proxy.stderr()
+    finally:
+        proxy.close()
+
+
+def test_requests_during_the_restart_are_held_then_answered(tmp_path: Path) -> None:
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 1.0
+hold_s = 10
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+limit = 1
+"""
+    proxy = raw_proxy(tmp_path, text)
+    try:
+        proxy.send(call(1, "whoami"))
+        assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        proxy.send(call(2, "echo", text="held"))
+        started = time.monotonic()
+        assert tool_text(proxy.read_json(timeout=20)) == "held"
+        assert time.monotonic() - started >= 0.5  # it waited for the restart
+    finally:
+        proxy.close()
+
+
+def test_a_held_request_times_out_when_the_server_is_not_back(tmp_path: Path) -> None:
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 3.0
+hold_s = 0.5
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+limit = 1
+"""
+    proxy = raw_proxy(tmp_path, text)
+    try:
+        proxy.send(call(1, "whoami"))
+        proxy.read_json()
+        proxy.send(call(2, "echo", text="too late"))
+        answer = proxy.read_json(timeout=5)
+        assert answer["id"] == 2 and answer["error"]["data"]["mcpfault"]["reason"] == "server_down"
+        assert proxy.events()[-1]["client_received"] == "timeout"
+    finally:
+        proxy.close()
+
+
+def test_sigterm_to_the_proxy_during_a_restart_window(tmp_path: Path) -> None:
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 5.0
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+"""
+    proxy = raw_proxy(tmp_path, text)
+    try:
+        proxy.send(call(1, "whoami"))
+        assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        started = time.monotonic()
+        proxy.signal(signal.SIGTERM)
+        assert proxy.wait(timeout=10) == 137  # the dead server's status: it was never restarted
+        assert time.monotonic() - started < 3
+    finally:
+        proxy.close()
+
+
+# -- stall, starve, OOM ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_stall_makes_the_sdk_call_time_out_and_the_server_answers_afterwards(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    text = '[[faults]]\ntype = "stall"\nduration_s = 3\ntools = ["echo"]\nlimit = 1\n'
+    with anyio.fail_after(60):
+        async with sdk_client(proxy_params(write_profile(tmp_path, text), events), "auto", timeout_s=1) as client:
+            started = time.monotonic()
+            with pytest.raises(MCPError):
+                await client.call_tool("echo", {"text": "stalled"})
+            assert time.monotonic() - started < 2.5
+            await anyio.sleep(3)
+            assert text_of(await client.call_tool("echo", {"text": "after"})) == "after"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    stalled = next(r for r in records if r["fault_type"] == "stall")
+    assert stalled["client_received"] == "cancelled"  # the client gave up (and said so) while the server was stopped
+    assert [r["client_received"] for r in records if r["tool"] == "echo"][-1] == "response"
+
+
+def test_cpu_starve_slows_a_cpu_bound_tool_by_about_one_over_share(tmp_path: Path) -> None:
+    text = '[[faults]]\ntype = "cpu_starve"\nshare = 0.25\nduration_s = 30\ntools = ["spin"]\nafter = 2\nlimit = 1\n'
+    proxy = raw_proxy(tmp_path, text)
+    iterations = 3_000_000
+    try:
+        baseline = []
+        for request_id in (1, 2):
+            proxy.send(call(request_id, "spin", iterations=iterations))
+            baseline.append(float(tool_text(proxy.read_json(timeout=30))))
+        proxy.send(call(3, "spin", iterations=iterations))
+        starved = float(tool_text(proxy.read_json(timeout=60)))
+    finally:
+        proxy.close()
+    factor = starved / min(baseline)
+    assert 2.0 <= factor <= 8.0, (baseline, starved)  # expected 4, within 2x either way
+
+
+def test_an_allocating_server_is_oom_killed(tmp_path: Path) -> None:
+    proxy = raw_proxy(tmp_path, '[[faults]]\ntype = "oom_kill"\nrss_mb = 200\ntools = ["allocate"]\nlimit = 1\n')
+    try:
+        proxy.send(call(1, "allocate", mb=20))
+        assert tool_text(proxy.read_json()) == "20"  # under the limit: the watch only started
+        answers = []
+        for request_id in range(2, 40):
+            proxy.send(call(request_id, "allocate", mb=20))
+            answer = proxy.read_json(timeout=10)
+            answers.append(answer)
+            if "error" in answer:
+                break
+        assert answers[-1]["error"]["data"]["mcpfault"]["exit_code"] == 137
+        assert len(answers) < 15  # killed soon after passing 200 MiB (a Python server starts at ~40)
+        assert proxy.wait() == 137
+    finally:
+        proxy.close()
+
+
+def test_a_time_triggered_crash_fires_without_a_request(tmp_path: Path) -> None:
+    proxy = raw_proxy(tmp_path, '[[faults]]\ntype = "crash"\nstart_after_s = 1.0\n', legacy=False)
+    try:
+        started = time.monotonic()
+        assert proxy.wait(timeout=20) == 137
+        assert time.monotonic() - started < 10
+    finally:
+        proxy.close()
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def test_bad_process_settings_are_named() -> None:
+    with pytest.raises(ProfileError) as unknown:
+        profile.loads('[[faults]]\ntype = "crash"\nsignal = "SIGFOO"\n')
+    assert "signal" in str(unknown.value) and "SIGKILL" in str(unknown.value)
+    for share in (0, 1.5, -0.1):
+        with pytest.raises(ProfileError) as bad_share:
+            profile.loads(f'[[faults]]\ntype = "cpu_starve"\nshare = {share}\n')
+        assert "share" in str(bad_share.value) and "(0, 1]" in str(bad_share.value)
+    with pytest.raises(ProfileError) as bad_restart:
+        profile.loads('[server]\nrestart = "sometimes"\n')
+    assert "server.restart" in str(bad_restart.value) and "on-crash" in str(bad_restart.value)
+
+
+def test_a_process_rule_behind_a_remote_upstream_is_named_at_start(tmp_path: Path) -> None:
+    import subprocess
+
+    path = write_profile(tmp_path, '[[faults]]\nname = "kill-it"\ntype = "crash"\n')
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "mcpfault", "proxy", "-c", str(path)),
+            *("--listen", "127.0.0.1:0"),
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        while "serving" not in line and line:
+            if "kill-it" in line:
+                break
+            line = proc.stderr.readline()
+        assert "kill-it" in line and "process" in line, line
+    finally:
+        proc.terminate()
+        proc.wait(10)
