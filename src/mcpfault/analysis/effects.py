@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mcpfault.faults.base import Effect
+from mcpfault.faults.catalog import CATALOG
+
 
 @dataclass(frozen=True, slots=True)
 class AttemptView:
@@ -44,9 +47,10 @@ class TaskReads:
 
 def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, reads: TaskReads | None) -> bool:
     """Whether one fault the proxy applied to a request changed what the client received."""
-    if fault_type in ("timeout", "latency"):
+    effect = effect_of(fault_type)
+    if effect == "failure":
         return attempt.failed
-    if fault_type == "stale":
+    if effect == "revision":
         if attempt.failed:
             return True
         if attempt.as_of is None or not attempt.server_seen:
@@ -54,7 +58,7 @@ def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, 
         if attempt.revision is None:
             return False  # no write before it: the world is as generated, the old answer is the fresh one
         return attempt.as_of != attempt.revision
-    if fault_type == "schema_drift":
+    if effect == "renamed_fields":
         if attempt.failed:
             return True  # rejected for its old argument names, or the answer broke the client
         if mode == "rename_args":
@@ -64,3 +68,9 @@ def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, 
             return True
         return bool(renamed & reads.fields.get(attempt.tool, frozenset()))
     return True
+
+
+def effect_of(fault_type: str) -> Effect:
+    """How a fault type's effect is judged, as its module declares; "always" for a type we do not know."""
+    known = CATALOG.get(fault_type)
+    return known.effect if known is not None else "always"

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from opentelemetry.trace import SpanKind
 
-from mcpfault.analysis.effects import AttemptView, TaskReads, affects
+from mcpfault.analysis.effects import AttemptView, TaskReads, affects, effect_of
 from mcpfault.analysis.join import Touch
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
@@ -114,7 +114,7 @@ class AttemptTrace:
         rules = self.drift_rules
         found = []
         for fault_type, mode in self.faults:
-            if fault_type == "schema_drift" and rules:
+            if effect_of(fault_type) == "renamed_fields" and rules:
                 hit = any(affects(fault_type, mode, rule, view, reads) for rule in rules)
             else:
                 hit = affects(fault_type, mode, None, view, reads)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION
@@ -187,6 +187,13 @@ class PlanContext:
     in_session: bool = False  # the request belongs to a session (an HTTP Mcp-Session-Id)
 
 
+# How the analysis (analysis/effects.py) tells whether one application of a fault changed what the
+# client received: "always"; "failure", only when the client's attempt failed (a delay inside its
+# deadline changed nothing); "revision", when the replayed answer's revision is not the server's;
+# "renamed_fields", when the call failed or a renamed field is one the task reads.
+Effect = Literal["always", "failure", "revision", "renamed_fields"]
+
+
 @runtime_checkable
 class Fault(Protocol):
     """One fault type: a frozen dataclass of settings plus ``plan``.
@@ -197,7 +204,8 @@ class Fault(Protocol):
     that can carry it out (a rule whose fault needs HTTP never fires behind the stdio proxy), and a
     fault that ``needs_process`` fires only where the proxy started the server itself. A
     ``persistent`` fault stays in force after it first fires and is planned for every later
-    matching request, including those in ``follows``.
+    matching request, including those in ``follows``. ``effect`` says how the analysis tells whether
+    an application changed what the client received (see ``Effect``).
     """
 
     type_name: ClassVar[str]
@@ -208,6 +216,7 @@ class Fault(Protocol):
     needs_process: ClassVar[bool]  # acts on the server process: only where the proxy started the server
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
+    effect: ClassVar[Effect]
 
     def history_depth(self) -> int:
         """How many earlier responses per (tool, arguments) the engine keeps for ``ctx.history`` (0: none)."""
@@ -233,6 +242,7 @@ class FaultBase:
     needs_process: ClassVar[bool] = False
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
+    effect: ClassVar[Effect] = "always"
 
     def history_depth(self) -> int:
         return 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
+from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -31,6 +31,7 @@ class CpuStarve(FaultBase):
     type_name: ClassVar[str] = "cpu_starve"
     MODES: ClassVar[tuple[str, ...]] = ("throttle",)
     event_name: ClassVar[str] = names.EVENT_CPU_STARVE
+    effect: ClassVar[Effect] = "failure"
     needs_process: ClassVar[bool] = True
 
     duration_s: float = bounded(10.0, min=0.0, max=3600.0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import Call, Delivery, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import Call, Delivery, Effect, FaultBase, Injection, PlanContext
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -16,6 +16,7 @@ class Latency(FaultBase):
     type_name: ClassVar[str] = "latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
     event_name: ClassVar[str] = names.EVENT_DELAY
+    effect: ClassVar[Effect] = "failure"
 
     # Seconds added to the response, plus a uniform draw from [0, jitter_s].
     delay_s: float = bounded(0.25, min=0.0, max=3600.0)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from mcpfault.faults.base import (
     Call,
     Delivery,
+    Effect,
     FaultBase,
     Injection,
     PlanContext,
@@ -37,6 +38,7 @@ class SchemaDrift(FaultBase):
     type_name: ClassVar[str] = "schema_drift"
     MODES: ClassVar[tuple[str, ...]] = ("rename_args", "rename_fields", "rewrite_list", "advertise")
     event_name: ClassVar[str] = names.EVENT_DRIFT
+    effect: ClassVar[Effect] = "renamed_fields"
     targets: ClassVar[frozenset[str]] = frozenset({"tools/call"})
     follows: ClassVar[frozenset[str]] = frozenset({"tools/list"})
     persistent: ClassVar[bool] = True

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext, load_object, reply_with_id
+from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, load_object, reply_with_id
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -16,6 +16,7 @@ class Stale(FaultBase):
     type_name: ClassVar[str] = "stale"
     MODES: ClassVar[tuple[str, ...]] = ("previous", "oldest")
     event_name: ClassVar[str] = names.EVENT_STALE_HIT
+    effect: ClassVar[Effect] = "revision"
 
     # previous: the latest earlier response; oldest: the oldest of the last `history` responses.
     pick: Literal["previous", "oldest"] = "previous"

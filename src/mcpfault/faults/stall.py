@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
+from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -28,6 +28,7 @@ class Stall(FaultBase):
     type_name: ClassVar[str] = "stall"
     MODES: ClassVar[tuple[str, ...]] = ("stop",)
     event_name: ClassVar[str] = names.EVENT_STALL
+    effect: ClassVar[Effect] = "failure"
     needs_process: ClassVar[bool] = True
 
     duration_s: float = bounded(5.0, min=0.0, max=3600.0)
