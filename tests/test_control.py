@@ -199,7 +199,7 @@ def test_control_api_on_a_live_stdio_proxy(proxy_factory: Any, tmp_path: Path) -
     assert "error" not in send(9)
     status, _, state = api(url, "GET", "/status")
     assert status == 200 and state["requests"] == {"tools/call": 9} and state["faults"] == {"error": 4}
-    assert state["server"]["generation"] == 1 and state["server"]["pid"] > 0 and state["faults_enabled"]
+    assert state["server"]["generation"] == 0 and state["server"]["pid"] > 0 and state["faults_enabled"]
     status, _, bad = api(url, "POST", "/faults", raw=b"{not json")
     assert status == 400 and "not JSON" in bad["error"]
     assert api(url, "GET", "/nothing")[0] == 404
@@ -231,8 +231,15 @@ def test_stdio_process_actions_through_the_api(proxy_factory: Any) -> None:
     url = control_url(proxy)
     proxy.send(call(1, "echo", text="x"))
     proxy.read_json()
-    status, _, refused = api(url, "POST", "/server/restart")
-    assert status == 409 and "cannot restart" in refused["error"]
+    before = api(url, "GET", "/status")[2]["server"]
+    status, _, restarted = api(url, "POST", "/server/restart")
+    assert status == 200 and restarted["previous_generation"] == 0
+    deadline = time.monotonic() + 10
+    while (after := api(url, "GET", "/status")[2]["server"])["generation"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert after["generation"] == 1 and after["pid"] not in (None, before["pid"])
+    proxy.send(call(3, "echo", text="after the restart"))  # answered by the next generation
+    assert proxy.read_json()["id"] == 3
     assert api(url, "POST", "/server/stall")[0] == 400  # no duration
     status, _, stalled = api(url, "POST", "/server/stall?duration_s=0.8")
     assert status == 202 and stalled["duration_s"] == 0.8
@@ -244,7 +251,7 @@ def test_stdio_process_actions_through_the_api(proxy_factory: Any) -> None:
     status, _, crashed = api(url, "POST", "/server/crash?signal=SIGTERM")
     assert status == 200 and crashed["signal"] == "SIGTERM"
     assert proxy.wait() == 128 + 15  # the proxy ends with its server, as it always does
-    assert [r["control"] for r in proxy.events() if "control" in r] == ["stall", "crash"]
+    assert [r["control"] for r in proxy.events() if "control" in r] == ["restart", "stall", "crash"]
 
 
 # -- who may use it -------------------------------------------------------------------------------
