@@ -190,5 +190,9 @@ def main(backend_name: str, events_file: Path | None) -> int:
     if backend_name == "fake":
         backend = FakeBackend(load_script(events_file) if events_file is not None else [])
     else:
-        raise UsageError("--backend ebpf is not built yet; use --backend fake")
+        from mcpfault.probe import ebpf
+
+        if events_file is not None:
+            raise UsageError("--events-file is for --backend fake; the ebpf backend reads the kernel")
+        backend = ebpf.EbpfBackend(ebpf.preflight())
     return run(backend, sys.stdin, sys.stdout)
