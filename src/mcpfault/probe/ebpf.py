@@ -3,14 +3,14 @@
 The kernel program keeps the scope itself: a map of the thread ids of the scoped tree, seeded with
 the processes of the scoped group and grown on every fork (``sched_process_fork``), so only the
 server's own syscalls ever leave the kernel. The sidecar steers it without a second channel: it
-makes syscalls the program watches for its own pid only (``getsid(-1)`` clears the scope,
-``getsid(pid)`` adds a process, ``getpgid(-n)`` asks for sync line ``n``), and the kernel answers in
+makes syscalls the program watches for its own pid only (``getsid(-n)`` starts scope number n,
+``getsid(pid)`` adds a process to it, ``getpgid(-n)`` asks for sync line ``n``), and the kernel answers in
 the same ordered output as the events.
 
 Events carry the kernel's monotonic ``nsecs``; the call windows are on the same clock, so an event
-read late still lands in the window it happened in. An end mark closes its window once the sync
-line asked for after it has come back, and a short grace later (the per-CPU output buffers are read
-one after another, so another CPU's earlier events can trail by a little).
+read late still lands in the window it happened in. An end mark closes its window once a sync line
+has come back from every CPU: bpftrace's output is one buffer per CPU, each in order, so a CPU's
+sync line read means all that CPU did before the end mark has been read too.
 
 bpftrace's stack allows one 200-byte string per probe, so a syscall with several strings (exec's
 argv, rename's two names) is several probes on one tracepoint, printing parts the reader joins by
@@ -44,13 +44,16 @@ TRACEFS = Path("/sys/kernel/tracing")
 SYSCALL_EVENTS = TRACEFS / "events" / "syscalls"
 STRLEN = 200  # bpftrace 0.17's most; longer paths are cut
 ATTACH_TIMEOUT_S = 60.0
-DEFAULT_GRACE_MS = 20
+SYNC_TIMEOUT_S = 5.0  # a CPU whose sync line never comes (taken offline): the window closes anyway
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _AT_FDCWD = -100
 _CLONE_THREAD = 0x10000
 _AT_REMOVEDIR = 0x200
 
-_TRACKED = "/@tracked[tid] || @tracked[pid]/"
+# One key type everywhere (bpftrace types a map by its first use, in program order).
+# A process is in scope when its entry holds the current scope's number: a new scope needs no
+# clear() (which bpftrace performs later, in user space, racing the entries added right after it).
+_IN_SCOPE = "(@scope && (@tracked[(uint32)tid] == @scope || @tracked[(uint32)pid] == @scope))"
 _HEAD = 'printf("{kind}\\t%d\\t%d\\t%llu\\t0\\t%s{fmt}\\n", pid, tid, nsecs, comm{args});'
 _PART = 'printf("{kind}\\t%d\\t%d\\t%llu\\t{index}\\t%s\\n", pid, tid, nsecs, {arg});'
 
@@ -58,15 +61,15 @@ _PART = 'printf("{kind}\\t%d\\t%d\\t%llu\\t{index}\\t%s\\n", pid, tid, nsecs, {a
 # first sync line (the sidecar's "ready") means every event probe is in place.
 _CONTROL = """
 tracepoint:syscalls:sys_enter_getsid /pid == $1/ {
-  if ((int32)args->pid < 0) { clear(@tracked); } else { @tracked[(int32)args->pid] = 1; }
+  if ((int32)args->pid < 0) { @scope = -(int32)args->pid; } else { @tracked[(uint32)args->pid] = @scope; }
 }
 tracepoint:syscalls:sys_enter_getpgid /pid == $1 && (int32)args->pid < 0/ {
-  printf("Y\\t%d\\t%llu\\n", -(int32)args->pid, nsecs);
+  printf("Y\\t%d\\t%d\\n", -(int32)args->pid, cpu);
 }
-tracepoint:sched:sched_process_fork /@tracked[tid] || @tracked[pid]/ { @tracked[args->child_pid] = 1; }
-tracepoint:sched:sched_process_exit /@tracked[tid]/ { delete(@tracked[tid]); }
-END { clear(@tracked); }
-"""
+tracepoint:sched:sched_process_fork /IN_SCOPE/ { @tracked[(uint32)args->child_pid] = @scope; }
+tracepoint:sched:sched_process_exit /@tracked[(uint32)tid]/ { delete(@tracked[(uint32)tid]); }
+END { clear(@tracked); clear(@scope); }
+""".replace("IN_SCOPE", _IN_SCOPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,7 @@ class _Probe:
     predicate: str = ""  # joined to the scope filter with &&
 
     def text(self) -> str:
-        where = _TRACKED if not self.predicate else f"/(@tracked[tid] || @tracked[pid]) && {self.predicate}/"
+        where = f"/{_IN_SCOPE}/" if not self.predicate else f"/{_IN_SCOPE} && {self.predicate}/"
         fmt = "".join(f"\\t{f}" for f, _ in self.head)
         args = "".join(f", {e}" for _, e in self.head)
         head = _HEAD.format(kind=self.kind, fmt=fmt, args=args)
@@ -304,18 +307,19 @@ class _Pending:
 class EbpfBackend:
     name = "ebpf"
 
-    def __init__(self, bpftrace: str, *, grace_ms: int = DEFAULT_GRACE_MS) -> None:
+    def __init__(self, bpftrace: str) -> None:
         self._bpftrace = bpftrace
-        self._grace_s = grace_ms / 1000
+        self._cpus = sorted(os.sched_getaffinity(0))
+        self._scopes = 0
         self._out: Any  # sidecar.Output
         self._windows: CallWindows
         self._process: subprocess.Popen[str] | None = None
         self._threads: list[threading.Thread] = []
         self._seq = 0
         self._seq_lock = threading.Lock()
-        self._on_sync: dict[int, Callable[[], None]] = {}
+        self._on_sync: dict[int, tuple[set[int], Callable[[], None]]] = {}  # seq -> (CPUs still due, then)
         self._pending: dict[int, _Pending] = {}  # by thread id: a syscall whose parts are still arriving
-        self._closing: queue.Queue[tuple[float, str] | None] = queue.Queue()
+        self._closing: queue.Queue[str | None] = queue.Queue()
         self._clock_offset_ns = time.time_ns() - time.monotonic_ns()
         self._stderr_tail: list[str] = []
 
@@ -334,7 +338,7 @@ class EbpfBackend:
             env=env,
         )
         attached = threading.Event()
-        self._on_sync[0] = attached.set
+        self._on_sync[0] = (set(), attached.set)
         for target, name in (
             (self._read, "bpftrace-out"),
             (self._read_errors, "bpftrace-err"),
@@ -352,14 +356,15 @@ class EbpfBackend:
                     f"bpftrace could not attach its probes: {problem or self._stderr_tail[-1:] or 'timed out'}"
                 )
             self._syscall_sync(0)
-        return {"grace_ms": int(self._grace_s * 1000), "strlen": STRLEN, "tracer": "bpftrace"}
+        return {"grace_ms": 0, "strlen": STRLEN, "tracer": "bpftrace", "cpus": len(self._cpus)}
 
     def scope(self, control: Control) -> None:
         members = _group_members(control.pgid)
         with self._out.lock:
             self._windows.scope(control.generation)
+        self._scopes += 1
         with contextlib.suppress(OSError):
-            os.getsid(-1)  # the kernel program clears its scope
+            os.getsid(-self._scopes)  # the kernel program starts a new scope: the old tree is out
         for pid in members:
             with contextlib.suppress(OSError):
                 os.getsid(pid)  # and adds each member of the group
@@ -388,7 +393,7 @@ class EbpfBackend:
         if ended is None:  # no such window: nothing can still arrive for it
             self._out.write(protocol.status("end", protocol.BUCKET_CALL, call_id))
             return
-        self._sync(lambda: self._closing.put((time.monotonic() + self._grace_s, ended)))
+        self._closing.put(ended)  # the closer syncs every CPU: this thread must stay free for the next mark
 
     def stop(self) -> None:
         self._closing.put(None)
@@ -404,12 +409,20 @@ class EbpfBackend:
 
     # -- sync lines ------------------------------------------------------------------------------
 
-    def _sync(self, then: Callable[[], None]) -> None:
+    def _sync(self, then: Callable[[], None], *, every_cpu: bool = False) -> None:
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
-            self._on_sync[seq] = then
-        self._syscall_sync(seq)
+            self._on_sync[seq] = (set(self._cpus) if every_cpu else set(), then)
+        if not every_cpu:
+            self._syscall_sync(seq)
+            return
+        try:
+            for cpu in self._cpus:  # this thread only (pid 0): the sync lands in that CPU's buffer
+                os.sched_setaffinity(0, {cpu})
+                self._syscall_sync(seq)
+        finally:
+            os.sched_setaffinity(0, self._cpus)
 
     @staticmethod
     def _syscall_sync(seq: int) -> None:
@@ -417,9 +430,11 @@ class EbpfBackend:
             os.getpgid(-seq - 1)  # -1 is the attach probe's; getpgid of a negative pid fails harmlessly
 
     def _close_later(self) -> None:
-        while (item := self._closing.get()) is not None:
-            due, call_id = item
-            time.sleep(max(0.0, due - time.monotonic()))
+        while (call_id := self._closing.get()) is not None:
+            synced = threading.Event()
+            self._sync(synced.set, every_cpu=True)
+            if not synced.wait(SYNC_TIMEOUT_S):
+                log.warning("a CPU's sync line did not come back; closing the call window anyway", call_id=call_id)
             with self._out.lock:
                 self._flush_pending()
                 self._windows.close(call_id)
@@ -438,10 +453,16 @@ class EbpfBackend:
     def _line(self, fields: list[str]) -> None:
         kind = fields[0]
         if kind == "Y":
+            seq, cpu = int(fields[1]) - 1, int(fields[2])
             with self._seq_lock:
-                then = self._on_sync.pop(int(fields[1]) - 1, None)
-            if then is not None:
-                then()
+                waiting = self._on_sync.get(seq)
+                if waiting is None:
+                    return
+                waiting[0].discard(cpu)
+                if waiting[0]:
+                    return
+                del self._on_sync[seq]
+            waiting[1]()
             return
         if len(fields) < 6:
             return
