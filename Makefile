@@ -7,12 +7,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NPM_STAMP := tests/npm/node_modules/.installed-stamp
 
-.PHONY: run test lint bench setup clean prometheus
+.PHONY: run test lint bench setup clean prometheus bpftrace
 
 run: $(STAMP)
 	$(BIN)/mcpfault bench
 
-test: $(STAMP) $(NPM_STAMP) prometheus lint
+test: $(STAMP) $(NPM_STAMP) prometheus bpftrace lint
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
 	$(BIN)/python benchmarks/memory.py
 
-setup: $(STAMP) $(NPM_STAMP) prometheus
+setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace
 
 # The tests scrape with a real Prometheus and push to a real Pushgateway (Debian's packages, run by
 # the tests on 127.0.0.1; the system services are not started); docker-compose validates compose.yaml.
@@ -41,6 +41,15 @@ prometheus:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			prometheus prometheus-pushgateway docker-compose >/dev/null; \
 	else echo "make test: run as root once, or: sudo apt-get install prometheus prometheus-pushgateway docker-compose" >&2; fi
+
+# The side-effect probe's eBPF tests trace real syscalls: Debian's bpftrace, and tracefs mounted
+# where bpftrace looks for the tracepoints (root only, as CI runs; the sidecar mounts it too).
+bpftrace:
+	@if [ -x /usr/bin/bpftrace ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace >/dev/null; \
+	else echo "make test: run as root once, or: sudo apt-get install bpftrace" >&2; fi
+	@if [ "$$(id -u)" = 0 ] && [ ! -d /sys/kernel/tracing/events ]; then mount -t tracefs nodev /sys/kernel/tracing; fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

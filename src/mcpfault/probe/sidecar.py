@@ -1,0 +1,198 @@
+"""``mcpfault probe-sidecar``: a sidecar speaking mcpfz-probe's protocol, with a fake or an eBPF backend.
+
+It reads control lines on stdin and writes status and event lines on stdout (probe/protocol.py), so
+it stands in for the mcpfz-probe binary (mcp-server-fuzzer's ``MCPFZ_PROBE_BIN``). The control loop
+is the same for both backends; a backend says what happens on start, scope, begin, end and stop.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from mcpfault.errors import UsageError
+from mcpfault.probe import protocol
+from mcpfault.probe.protocol import CallWindows, Control, ControlError
+
+TRIGGERS = ("startup", "scope", "begin", "end")
+
+
+class Output:
+    """One line at a time to stdout, from whichever thread; a reader that left ends the sidecar quietly."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.lock = threading.RLock()  # also held by backends around attribute-then-write
+        self.closed = threading.Event()
+
+    def write(self, line: dict[str, Any]) -> None:
+        with self.lock:
+            if self.closed.is_set():
+                return
+            try:
+                self._stream.write(protocol.encode(line))
+                self._stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.closed.set()
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, out: Output, windows: CallWindows) -> dict[str, Any]:
+        """Attach; the fields of the ``ready`` status (the backend writes its start-up events after)."""
+        ...
+
+    def scope(self, control: Control) -> None: ...
+
+    def begin(self, call_id: str, tool: str | None) -> None: ...
+
+    def end(self, call_id: str | None) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def run(backend: Backend, stdin: TextIO, stdout: TextIO) -> int:
+    """The control loop: until ``shutdown`` or EOF on stdin. The exit status."""
+    out = Output(stdout)
+    windows = CallWindows()
+    ready = backend.start(out, windows)
+    try:
+        out.write(protocol.status("ready", protocol.BUCKET_STARTUP, backend=backend.name, **ready))
+        after_start = getattr(backend, "after_ready", None)
+        if after_start is not None:
+            after_start()
+        for line in stdin:
+            if not line.strip():
+                continue
+            try:
+                control = protocol.parse_control(line)
+            except ControlError as exc:
+                out.write(protocol.status("parse_error", protocol.BUCKET_AMBIENT, error=str(exc)))
+                continue
+            if control.op == "shutdown":
+                break
+            if control.op == "scope":
+                backend.scope(control)
+            elif control.phase == "begin" and control.call_id is not None:
+                backend.begin(control.call_id, control.tool)
+            elif control.phase == "end":
+                backend.end(control.call_id)
+            else:
+                out.write(protocol.status("unknown_phase", protocol.BUCKET_AMBIENT, phase=control.phase))
+            if out.closed.is_set():
+                break
+    finally:
+        backend.stop()
+    return 0
+
+
+# -- the fake backend ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptEntry:
+    trigger: str  # startup, scope, begin, end
+    event: dict[str, Any]
+    tool: str | None = None  # begin/end: only for marks of this tool
+
+
+def load_script(path: Path) -> list[ScriptEntry]:
+    """An events file: ``{"events": [...]}`` or a bare list of ``{"trigger", "tool"?, "event": {"type", ...}}``."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--events-file {path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UsageError(f"--events-file {path}: not JSON ({exc})") from None
+    entries = raw.get("events", []) if isinstance(raw, dict) else raw
+    if not isinstance(entries, list):
+        raise UsageError(f"--events-file {path}: give a list of events, or an object with an 'events' list")
+    script = []
+    for index, entry in enumerate(entries):
+        where = f"--events-file {path}: events[{index}]"
+        if not isinstance(entry, dict) or entry.get("trigger") not in TRIGGERS:
+            raise UsageError(f"{where}: 'trigger' must be one of {', '.join(TRIGGERS)}")
+        event, tool = entry.get("event"), entry.get("tool")
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise UsageError(f"{where}: 'event' must be an object with a string 'type', e.g. {{\"type\": \"exec\"}}")
+        if tool is not None and not isinstance(tool, str):
+            raise UsageError(f"{where}: 'tool' must be a tool name")
+        script.append(ScriptEntry(entry["trigger"], event, tool))
+    return script
+
+
+class FakeBackend:
+    """Replays a script: each entry fires on its trigger, in file order, attributed like a real event
+    happening at that moment (so overlapping calls make it ambiguous, as with the kernel's events)."""
+
+    name = "fake"
+
+    def __init__(self, script: list[ScriptEntry], clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+        self._script = script
+        self._clock_ns = clock_ns
+        self._out: Output
+        self._windows: CallWindows
+
+    def start(self, out: Output, windows: CallWindows) -> dict[str, Any]:
+        self._out, self._windows = out, windows
+        return {"grace_ms": 0}
+
+    def after_ready(self) -> None:
+        self._fire("startup", None, bucket=protocol.BUCKET_STARTUP)
+
+    def scope(self, control: Control) -> None:
+        self._windows.scope(control.generation)
+        self._out.write(
+            protocol.status("scope", protocol.BUCKET_AMBIENT, pgid=control.pgid, generation=control.generation)
+        )
+        self._fire("scope", None, bucket=protocol.BUCKET_AMBIENT)
+
+    def begin(self, call_id: str, tool: str | None) -> None:
+        self._windows.begin(call_id, tool, self._clock_ns())
+        self._out.write(protocol.status("begin", protocol.BUCKET_CALL, call_id))
+        self._fire("begin", tool)
+
+    def end(self, call_id: str | None) -> None:
+        now = self._clock_ns()
+        ended = self._windows.end(call_id, now)
+        tool = self._windows.tool(ended) if ended is not None else None
+        self._fire("end", tool, at_ns=now)  # the trailing part of the window
+        if ended is not None:
+            self._windows.close(ended)
+        self._out.write(protocol.status("end", protocol.BUCKET_CALL, ended or call_id))
+
+    def stop(self) -> None:
+        pass
+
+    def _fire(self, trigger: str, tool: str | None, *, bucket: str | None = None, at_ns: int | None = None) -> None:
+        for entry in self._script:
+            if entry.trigger != trigger or (entry.tool is not None and entry.tool != tool):
+                continue
+            event = dict(entry.event)
+            if bucket is not None:
+                event.setdefault("bucket", bucket)
+            elif "bucket" not in event and "call_id" not in event:
+                self._windows.attribute(event, at_ns if at_ns is not None else self._clock_ns())
+            event["ts_ns"] = time.time_ns()
+            self._out.write(event)
+
+
+def main(backend_name: str, events_file: Path | None) -> int:
+    """``mcpfault probe-sidecar``: the chosen backend on this process's stdin/stdout."""
+    backend: Backend
+    if backend_name == "fake":
+        backend = FakeBackend(load_script(events_file) if events_file is not None else [])
+    else:
+        from mcpfault.probe import ebpf
+
+        if events_file is not None:
+            raise UsageError("--events-file is for --backend fake; the ebpf backend reads the kernel")
+        backend = ebpf.EbpfBackend(ebpf.preflight())
+    return run(backend, sys.stdin, sys.stdout)

@@ -1,0 +1,130 @@
+"""`mcpfault probe-sidecar --backend ebpf`: real kernel events through bpftrace (CI runs as root, so no skip)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mcpfz_probe import SidecarRuntimeMonitor
+
+SIDECAR = [sys.executable, "-m", "mcpfault", "probe-sidecar", "--backend", "ebpf"]
+
+ACTOR = """
+import ctypes, os, socket, subprocess, sys
+work = sys.argv[1]
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "shell":
+        subprocess.run(["/bin/sh", "-c", "true"])
+    elif cmd == "files":
+        path = os.path.join(work, "a.txt")
+        with open(path, "w") as f:
+            f.write("x")
+        os.chmod(path, 0o600)
+        os.rename(path, path + ".moved")
+        os.mkdir(os.path.join(work, "d"))
+        os.symlink(path + ".moved", os.path.join(work, "link"))
+        os.unlink(path + ".moved")
+    elif cmd == "net":
+        s = socket.socket()
+        s.settimeout(0.5)
+        try:
+            s.connect(("127.0.0.1", int(sys.argv[2])))
+        except OSError:
+            pass
+        s.close()
+    elif cmd == "ptrace":
+        ctypes.CDLL(None, use_errno=True).ptrace(16, 1, 0, 0)  # PTRACE_ATTACH to init: refused, still a syscall
+    print("done", flush=True)
+"""
+
+
+def wait_ready(monitor: SidecarRuntimeMonitor, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(e.type == "status" and e.data.get("message") == "ready" for e in monitor.ambient_events()):
+        assert time.monotonic() < deadline, "the ebpf sidecar never said ready"
+        time.sleep(0.05)
+
+
+def test_kernel_events_are_scoped_to_the_process_tree_and_attributed_per_call(tmp_path: Path) -> None:
+    listener = __import__("socket").socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    monitor = SidecarRuntimeMonitor(SIDECAR)
+    monitor.start()
+    actor = None
+    try:
+        wait_ready(monitor)
+        actor = subprocess.Popen(
+            [sys.executable, "-c", ACTOR, str(tmp_path), str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            process_group=0,
+        )
+        monitor.set_scope_pgid(actor.pid, 1)
+        summaries = {}
+        for call in ("shell", "files", "net", "ptrace"):
+            monitor.begin_call(call, call)
+            assert actor.stdin is not None and actor.stdout is not None
+            actor.stdin.write(call + "\n")
+            actor.stdin.flush()
+            assert actor.stdout.readline() == "done\n"
+            summaries[call] = [e for e in monitor.end_call(call).events if e.type != "status"]
+        # something outside the tree, during no call: never reported
+        subprocess.run(["/bin/true"], check=True)
+        ambient = monitor.ambient_events()
+    finally:
+        if actor is not None:
+            actor.communicate(timeout=10)
+        monitor.stop()
+        listener.close()
+    assert all(e.bucket == "call" and e.call_id == call for call, events in summaries.items() for e in events)
+    shell = summaries["shell"]
+    assert "process_spawn" in {e.type for e in shell}
+    assert any(e.type == "exec" and e.data["argv"] == ["/bin/sh", "-c", "true"] for e in shell)
+    files = [
+        (e.type, e.data.get("path"))
+        for e in summaries["files"]
+        if e.type != "file_open" or "O_WRONLY" in e.data["flags"]
+    ]
+    base = str(tmp_path / "a.txt")
+    assert files == [
+        ("file_open", base),
+        ("chmod", base),
+        ("file_rename", base + ".moved"),
+        ("file_mkdir", str(tmp_path / "d")),
+        ("file_symlink", str(tmp_path / "link")),
+        ("file_delete", base + ".moved"),
+    ]
+    assert [e.data.get("mode") for e in summaries["files"] if e.type == "chmod"] == ["600"]
+    assert [(e.type, e.data["proto"], e.data["dst"]) for e in summaries["net"]] == [
+        ("connect", "tcp", f"127.0.0.1:{port}")
+    ]
+    assert [(e.type, e.data["request"], e.data["target_pid"]) for e in summaries["ptrace"]] == [("ptrace", 16, 1)]
+    assert all(isinstance(e.data["ts_ns"], int) and e.data["comm"] for events in summaries.values() for e in events)
+    assert not any(e.type == "exec" and e.data.get("path") == "/bin/true" for e in ambient)
+
+
+def run_sidecar(env: dict[str, str], prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(prefix or []), *SIDECAR], input="", capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+    )
+
+
+def test_no_bpftrace_is_one_clear_line_and_exit_2() -> None:
+    done = run_sidecar({"MCPFAULT_BPFTRACE": "/nonexistent/bpftrace", "PATH": "/nonexistent"})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "needs bpftrace, which is not installed" in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root to start from")
+def test_no_privileges_is_one_clear_line_and_exit_2() -> None:
+    done = run_sidecar({}, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "needs root, or CAP_BPF and CAP_PERFMON" in done.stderr
