@@ -69,6 +69,14 @@ class Spans:
         pass
 
 
+def delivered(core: ProxyCore, emits: list[Any]) -> list[Any]:
+    """What a transport does once an answer a fault held back is out: tell the core (its event is due)."""
+    for emit in emits:
+        if emit.answers is not None:
+            core.answer_delivered(emit.answers)
+    return emits
+
+
 def run_session(text: str, lines: list[bytes], answer_every: int, observed: bool) -> None:
     sink, spans = MemoryEventSink(), Spans()
     core = ProxyCore(Engine(profile.loads(text)), events=sink, observers=[spans] if observed else [])
@@ -77,7 +85,7 @@ def run_session(text: str, lines: list[bytes], answer_every: int, observed: bool
     for index, line in enumerate(lines):
         kind = jsonrpc.parse(line).kind
         requests += kind is MessageKind.REQUEST
-        emits = core.from_client(line)
+        emits = delivered(core, core.from_client(line))
         to_server = [e.data for e in emits if e.to is To.SERVER]
         if kind is not MessageKind.REQUEST:
             assert to_server == [line]  # left alone: the very same bytes
@@ -87,7 +95,7 @@ def run_session(text: str, lines: list[bytes], answer_every: int, observed: bool
                 body = jsonrpc.parse(sent).body
                 if body is not None and "method" in body and "id" in body:
                     answer = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": {"ok": True}}).encode() + b"\n"
-                    core.from_server(answer)
+                    delivered(core, core.from_server(answer))
     core.from_server(b"\xc3\x28 server junk\n")
     core.upstream_exited(1)
     assert core.in_flight == 0

@@ -545,7 +545,7 @@ class ProxyCore:
             record["error_code"] = error_code
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
-        if delivery.delay_s > 0 and delivery.data is not None:
+        if _held_id(call, delivery) is not None and delivery.data is not None:
             # The client gets this answer only after the delay: the event waits for it (or for a cancel).
             key = jsonrpc.id_key(call.request_id)
             earlier = self._held_events.pop(key, None)
@@ -553,12 +553,14 @@ class ProxyCore:
                 self._write_event(earlier.record, earlier.started)
             self._held_events[key] = _HeldEvent(record, pending.started, bool(decision.applied))
             return
-        self._write_event(record, pending.started)
+        # An answer held back under a null id cannot be told apart when it goes out: its event is
+        # written now, with the delay the client waits on top.
+        self._write_event(record, pending.started, later_s=delivery.delay_s if delivery.data is not None else 0.0)
 
-    def _write_event(self, record: dict[str, Any], started: float) -> None:
+    def _write_event(self, record: dict[str, Any], started: float, *, later_s: float = 0.0) -> None:
         assert self._events is not None
         record["time"] = datetime.now(UTC).isoformat(timespec="milliseconds")
-        record["duration_s"] = round(self._clock() - started, 6)
+        record["duration_s"] = round(self._clock() - started + later_s, 6)
         self._events.write(record)
 
     def _opaque(self, to: To, line: bytes, why: str) -> None:
@@ -581,7 +583,7 @@ class _HeldEvent(NamedTuple):
 
 
 def _held_id(call: Call, delivery: Delivery) -> Any:
-    """The id a held-back answer's Emit carries (None when it is not held back)."""
+    """The id a held-back answer's Emit carries (None when it is not held back, or has a null id)."""
     return call.request_id if delivery.delay_s > 0 else None
 
 
