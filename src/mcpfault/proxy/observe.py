@@ -17,6 +17,8 @@ from opentelemetry.trace import SpanKind
 
 from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder
@@ -34,6 +36,10 @@ _FAULT_EVENTS = {
     "first_byte_latency": names.EVENT_DELAY,
 }
 
+
+# On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP
+# conventions, as HTTP's 4xx on server spans): the code is recorded, the span is no error.
+_CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
 
 # What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
 _HTTP_FAILURES = frozenset({"http_error", "reset", "stream_cut", "session_expired", "upstream_unreachable"})
@@ -60,9 +66,13 @@ class TelemetryObserver:
         transport: str = names.NETWORK_TRANSPORT_PIPE,
         attributes: Mapping[str, Any] | None = None,
         propagate: bool = True,
+        session_id: str | None = None,
     ) -> None:
         self._recorder = recorder
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
+        # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
+        # mcp.session.id on 2026-07-28 traffic, which has no sessions.
+        self._session_id = session_id
         self._metrics = metrics
         self._transport = transport
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
@@ -158,6 +168,8 @@ class TelemetryObserver:
         attributes[names.CLIENT_RECEIVED] = outcome.received
         if outcome.protocol_version:
             attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
+        if self._session_id is not None and outcome.protocol_version not in MODERN_VERSIONS:
+            attributes[names.MCP_SESSION_ID] = self._session_id
         events: list[tuple[str, int, dict[str, Any]]] = []
         if outcome.upstream_contacted:
             events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
@@ -170,17 +182,20 @@ class TelemetryObserver:
                     details["mcpfault.delay_s"] = outcome.delay_s
                 events.append((event, self._clock.unix_ns(outcome.finished), details))
         error: tuple[str] | None = None
+        if outcome.error_code is not None:
+            attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
         error_type = _error_type(outcome)
         if error_type is not None:
             attributes[names.ERROR_TYPE] = error_type
-            if outcome.error_code is not None:
-                attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
             error = (outcome.received,)
         # The client gets the answer after any injected delay: that is when the request ends for it.
         return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s)
 
 
 def _error_type(outcome: Finished) -> str | None:
+    """The SERVER span's ``error.type``; None when the request did not fail as the conventions see it."""
+    if outcome.received == "error" and outcome.error_code in _CLIENT_MISTAKES:
+        return None
     if outcome.received in ("error", "upstream_exited"):
         return str(outcome.error_code) if outcome.error_code is not None else names.OTHER
     if outcome.received == "tool_error":
