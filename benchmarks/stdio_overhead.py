@@ -88,12 +88,18 @@ QUICK = {"calls": 300, "burst": 3000, "rounds": 2, "warmup": 50}
 def default_configs(profile: str) -> list[Config]:
     python = sys.executable
     server = (python, str(ECHO_SERVER))
-    return [
+    configs = [
         Config("direct", server),
         Config("relay", (python, str(RELAY), "--", *server)),
         # `-m mcpfault` is the same entry point as .venv/bin/mcpfault without depending on PATH.
         Config("mcpfault", (python, "-m", "mcpfault", "proxy", "--config", profile, "--", *server)),
     ]
+    # The stdio proxy a user would pick instead (PyPI mcp-drill 0.0.1, a dev extra), with no fault
+    # asked for; measured side by side so "as fast as the peer" is a figure from the same run.
+    drill = Path(python).parent / "mcp-drill"
+    if drill.exists():
+        configs.append(Config("mcp-drill", (str(drill), "wrap", "--", *server)))
+    return configs
 
 
 # --------------------------------------------------------------------------- child process I/O

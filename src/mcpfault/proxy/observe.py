@@ -23,6 +23,7 @@ from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder
 from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import span_name
 
@@ -40,6 +41,8 @@ _FAULT_EVENTS = {
 # On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP
 # conventions, as HTTP's 4xx on server spans): the code is recorded, the span is no error.
 _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
+
+_SERVER = KIND_TO_OTLP[SpanKind.SERVER]
 
 # What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
 _HTTP_FAILURES = frozenset({"http_error", "reset", "stream_cut", "session_expired", "upstream_unreachable"})
@@ -105,8 +108,8 @@ class TelemetryObserver:
         if isinstance(meta, dict):
             traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
         return self._recorder.start(
-            span_name(call.method, call.target if call.method == "tools/call" else None),
-            SpanKind.SERVER,
+            "",  # named by _ending, on the span writer's thread
+            _SERVER,
             traceparent,
             self._from_server if from_server else self._from_client,
             self._clock.unix_ns(started),
@@ -114,12 +117,10 @@ class TelemetryObserver:
         )
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
-        # meta is the client's _meta copied: its tracestate and baggage pass through as they were.
+        # Only traceparent changes: the client's tracestate and baggage pass through as they were.
         if not isinstance(token, SpanHandle) or not self._propagates:
             return False
         meta["traceparent"] = token.traceparent()
-        if token.tracestate:
-            meta["tracestate"] = token.tracestate
         return True
 
     def finished(self, token: Any, outcome: Finished) -> None:
@@ -189,7 +190,8 @@ class TelemetryObserver:
             attributes[names.ERROR_TYPE] = error_type
             error = (outcome.received,)
         # The client gets the answer after any injected delay: that is when the request ends for it.
-        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s)
+        name = span_name(call.method, call.target if call.method == "tools/call" else None)
+        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
 
 
 def _error_type(outcome: Finished) -> str | None:

@@ -50,7 +50,8 @@ SHUTDOWN_WAIT_S: Final = 10.0
 YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
-Ending = tuple[dict[str, Any], list[Event], "tuple[str] | None", int]  # attributes, events, error, end Unix ns
+# attributes, events, error, end Unix ns, and the span's name when only the ending knows it (or None)
+Ending = tuple[dict[str, Any], list[Event], "tuple[str] | None", int, "str | None"]
 
 
 class SpanHandle:
@@ -187,7 +188,7 @@ class SpanRecorder:
         Log lines written from here on in this thread or task carry the span's ids (``CURRENT_SPAN``;
         the client's when there is no span), until the next request's span starts.
         """
-        otlp_kind = KIND_TO_OTLP[kind] if isinstance(kind, SpanKind) else int(kind)
+        otlp_kind = kind if kind.__class__ is int else KIND_TO_OTLP[kind]  # type: ignore[index]
         parent = parse_traceparent(traceparent)
         if parent is None:
             trace_id, span_id = self.new_trace_id(), self.new_span_id()
@@ -248,7 +249,8 @@ class SpanRecorder:
 
     def end_later(self, handle: SpanHandle, build: Callable[[Any], Ending], argument: Any) -> None:
         """``end``, with the ending built on the writer thread: ``build(argument)`` returns
-        (attributes, events, error, end Unix ns). Keeps attribute building off the caller's hot path."""
+        (attributes, events, error, end Unix ns, name or None to keep the name given to ``start``).
+        Keeps attribute building, and the name, off the caller's hot path."""
         if handle.recording:
             self._enqueue((handle, build, argument))
 
@@ -319,9 +321,12 @@ class SpanRecorder:
                 try:
                     ending = build(argument)
                 except Exception:  # lose the span, not the batch
-                    _log.exception("could not build the end of span %s", handle.name)
+                    _log.exception("could not build the end of span %s", handle.span_id)
                     continue
-                spans.append(_json_span(handle, *ending))
+                *rest, name = ending
+                if name is not None:
+                    handle.name = name
+                spans.append(_json_span(handle, *rest))
             else:
                 spans.append(_json_span(*item))
             if not index % YIELD_EVERY and len(self._queue) < BATCH_SPANS:
