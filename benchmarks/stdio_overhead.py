@@ -432,6 +432,38 @@ def ratios(summaries: list[Summary[Config]]) -> list[str]:
         f"mcpfault msgs/s / relay msgs/s = {proxy.median('rate_per_s'):,.0f} / {relay.median('rate_per_s'):,.0f}"
         f" = {rate_ratio:.2f} ({verdict} target >= 0.8)"
     )
+    lines += traced_ratios(by_name, proxy_added)
+    return lines
+
+
+def traced_ratios(by_name: dict[str, Summary[Config]], proxy_added: float) -> list[str]:
+    """Spans to a file (``mcpfault-traced``) against the untraced proxy, mcp-drill and the relay."""
+    traced, direct, relay = by_name.get("mcpfault-traced"), by_name["direct"], by_name["relay"]
+    if traced is None:
+        return []
+    traced_added = traced.median("p50_us") - direct.median("p50_us")
+    lines = []
+    if proxy_added > 0:
+        ratio = traced_added / proxy_added
+        verdict = "meets" if ratio <= 1.2 else "MISSES"
+        lines.append(
+            f"mcpfault-traced added p50 / mcpfault added p50 = {traced_added:.1f} / {proxy_added:.1f} us"
+            f" = {ratio:.2f} ({verdict} target <= 1.2)"
+        )
+    drill = by_name.get("mcp-drill")
+    if drill is not None:
+        drill_added = drill.median("p50_us") - direct.median("p50_us")
+        verdict = "meets" if traced_added <= drill_added else "MISSES"
+        lines.append(
+            f"mcpfault-traced added p50 vs mcp-drill added p50 = {traced_added:.1f} vs {drill_added:.1f} us"
+            f" ({verdict} target: no more than mcp-drill)"
+        )
+    rate_ratio = traced.median("rate_per_s") / relay.median("rate_per_s")
+    verdict = "meets" if rate_ratio >= 0.6 else "MISSES"
+    lines.append(
+        f"mcpfault-traced msgs/s / relay msgs/s = {traced.median('rate_per_s'):,.0f} / "
+        f"{relay.median('rate_per_s'):,.0f} = {rate_ratio:.2f} ({verdict} target >= 0.6)"
+    )
     return lines
 
 

@@ -24,7 +24,9 @@ def ending(received: str, error_code: int | None = None, *, version: str = LEGAC
     observer = TelemetryObserver(None, None, session_id=session)
     call = Call.from_body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}})
     outcome = Finished(call, PASS, 1.0, 2.0, received, error_code, True, 0.0, version, 0.0)
-    attributes, _events, error, _end, _name = observer._ending(outcome)
+    encoded, _events, error, _end, _name = observer._ending(outcome)
+    assert isinstance(encoded, list)  # OTLP JSON entries, encoded once per kind of ending
+    attributes = {entry["key"]: next(iter(entry["value"].values())) for entry in encoded}
     return attributes, error
 
 

@@ -21,7 +21,14 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder
+from mcpfault.telemetry.fastspans import (
+    EncodedAttributes,
+    Ending,
+    SharedAttributes,
+    SpanHandle,
+    SpanRecorder,
+    encode_attributes,
+)
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
@@ -43,6 +50,7 @@ _FAULT_EVENTS = {
 _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
 
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]
+_MAX_ENDINGS = 4096
 
 # What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
 _HTTP_FAILURES = frozenset({"http_error", "reset", "stream_cut", "session_expired", "upstream_unreachable"})
@@ -83,16 +91,15 @@ class TelemetryObserver:
         self._clock = _Clock()
         # The attributes every span of a direction starts with: built once, shared, never mutated.
         fixed = self._attributes or {}
-        self._from_client = {
-            names.NETWORK_TRANSPORT: transport,
-            names.DIRECTION: names.DIRECTION_CLIENT_TO_SERVER,
-            **fixed,
-        }
-        self._from_server = {
-            names.NETWORK_TRANSPORT: transport,
-            names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT,
-            **fixed,
-        }
+        self._from_client = SharedAttributes(
+            {names.NETWORK_TRANSPORT: transport, names.DIRECTION: names.DIRECTION_CLIENT_TO_SERVER, **fixed}
+        )
+        self._from_server = SharedAttributes(
+            {names.NETWORK_TRANSPORT: transport, names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT, **fixed}
+        )
+        # The endings' attributes, encoded, by what they depend on: most requests end alike, and only
+        # the request id differs. Used on the span writer's thread only; bounded.
+        self._endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
 
     def started(
         self, call: Call, decision: Decision, started: float, *, from_server: bool = False
@@ -153,12 +160,46 @@ class TelemetryObserver:
     def _ending(self, outcome: Finished) -> Ending:
         """The span's attributes, events and status; runs on the span writer's thread."""
         call = outcome.call
-        attributes: dict[str, Any] = {
-            names.MCP_METHOD_NAME: call.method,
-            names.JSONRPC_REQUEST_ID: str(call.request_id),
-        }
-        if call.method == "tools/call" and call.target is not None:
-            attributes[names.GEN_AI_TOOL_NAME] = call.target
+        target = call.target if call.method == "tools/call" else None
+        first = outcome.decision.applied[0] if outcome.decision.applied else None
+        key = (
+            call.method,
+            target,
+            (first.type_name, first.mode, first.rule) if first is not None else None,
+            outcome.upstream_contacted,
+            outcome.received,
+            outcome.protocol_version,
+            outcome.error_code,
+        )
+        cached = self._endings.get(key)
+        if cached is None:
+            if len(self._endings) >= _MAX_ENDINGS:
+                self._endings.clear()
+            cached = self._endings[key] = self._shared_ending(outcome, target)
+        shared, error, name = cached
+        request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
+        attributes = EncodedAttributes([*shared, request_id])
+        events: list[tuple[str, int, dict[str, Any]]] = []
+        if outcome.upstream_contacted:
+            events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
+            events.append((names.EVENT_UPSTREAM_RECEIVED, self._clock.unix_ns(outcome.finished), {}))
+        for applied in outcome.decision.applied:
+            event = _FAULT_EVENTS.get(applied.type_name)
+            if event is not None:
+                details: dict[str, Any] = {names.FAULT_MODE: applied.mode, names.FAULT_RULE: applied.rule}
+                if outcome.delay_s:
+                    details["mcpfault.delay_s"] = outcome.delay_s
+                events.append((event, self._clock.unix_ns(outcome.finished), details))
+        # The client gets the answer after any injected delay: that is when the request ends for it.
+        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
+
+    def _shared_ending(self, outcome: Finished, target: str | None) -> tuple[EncodedAttributes, tuple[str] | None, str]:
+        """What every request ending like ``outcome`` has in common: attributes but the request id,
+        the status, the name."""
+        call = outcome.call
+        attributes: dict[str, Any] = {names.MCP_METHOD_NAME: call.method}
+        if target is not None:
+            attributes[names.GEN_AI_TOOL_NAME] = target
             attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
         if outcome.decision.applied:
             first = outcome.decision.applied[0]
@@ -171,17 +212,6 @@ class TelemetryObserver:
             attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
         if self._session_id is not None and outcome.protocol_version not in MODERN_VERSIONS:
             attributes[names.MCP_SESSION_ID] = self._session_id
-        events: list[tuple[str, int, dict[str, Any]]] = []
-        if outcome.upstream_contacted:
-            events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
-            events.append((names.EVENT_UPSTREAM_RECEIVED, self._clock.unix_ns(outcome.finished), {}))
-        for applied in outcome.decision.applied:
-            event = _FAULT_EVENTS.get(applied.type_name)
-            if event is not None:
-                details: dict[str, Any] = {names.FAULT_MODE: applied.mode, names.FAULT_RULE: applied.rule}
-                if outcome.delay_s:
-                    details["mcpfault.delay_s"] = outcome.delay_s
-                events.append((event, self._clock.unix_ns(outcome.finished), details))
         error: tuple[str] | None = None
         if outcome.error_code is not None:
             attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
@@ -189,9 +219,7 @@ class TelemetryObserver:
         if error_type is not None:
             attributes[names.ERROR_TYPE] = error_type
             error = (outcome.received,)
-        # The client gets the answer after any injected delay: that is when the request ends for it.
-        name = span_name(call.method, call.target if call.method == "tools/call" else None)
-        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
+        return encode_attributes(attributes), error, span_name(call.method, target)
 
 
 def _error_type(outcome: Finished) -> str | None:

@@ -51,7 +51,7 @@ YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), 
 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 # attributes, events, error, end Unix ns, and the span's name when only the ending knows it (or None)
-Ending = tuple[dict[str, Any], list[Event], "tuple[str] | None", int, "str | None"]
+Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | None", int, "str | None"]
 
 
 class SpanHandle:
@@ -363,6 +363,35 @@ _MAX_ENCODED: Final = 4096
 _UNIQUE: Final = frozenset({names.JSONRPC_REQUEST_ID})  # different in every span: not worth caching
 
 
+class SharedAttributes(dict[str, Any]):
+    """Start attributes shared by many spans and never changed (one per direction, say): encoded once."""
+
+    __slots__ = ()
+
+
+class EncodedAttributes(list[dict[str, Any]]):
+    """Attributes already in OTLP JSON (``encode_attributes``): an ending may give these for a dict,
+    appended to the start attributes as they are (so the two must not share keys)."""
+
+    __slots__ = ()
+
+
+def encode_attributes(attributes: Mapping[str, Any]) -> EncodedAttributes:
+    return EncodedAttributes(_attributes(attributes))
+
+
+_SHARED: dict[int, tuple[SharedAttributes, list[dict[str, Any]]]] = {}
+
+
+def _shared_attributes(attributes: SharedAttributes) -> list[dict[str, Any]]:
+    entry = _SHARED.get(id(attributes))
+    if entry is None or entry[0] is not attributes:
+        if len(_SHARED) >= _MAX_ENCODED:
+            _SHARED.clear()
+        entry = _SHARED[id(attributes)] = (attributes, _attributes(attributes))
+    return entry[1]
+
+
 def _attributes(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for key, value in attributes.items():
@@ -388,7 +417,11 @@ def _attributes(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _json_span(
-    handle: SpanHandle, end_attributes: dict[str, Any], events: list[Event], error: tuple[str] | None, end_ns: int
+    handle: SpanHandle,
+    end_attributes: Mapping[str, Any] | EncodedAttributes,
+    events: list[Event],
+    error: tuple[str] | None,
+    end_ns: int,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"traceId": handle.trace_id, "spanId": handle.span_id}
     if handle.tracestate:
@@ -400,11 +433,16 @@ def _json_span(
     out["kind"] = handle.kind
     out["startTimeUnixNano"] = str(handle.start_ns)
     out["endTimeUnixNano"] = str(end_ns)
-    attributes = {**handle.attributes, **end_attributes} if end_attributes else handle.attributes
-    if attributes:
-        encoded = _attributes(attributes)
-        if encoded:
-            out["attributes"] = encoded
+    start = handle.attributes
+    encoded: list[dict[str, Any]]
+    if isinstance(end_attributes, EncodedAttributes):
+        shared = _shared_attributes(start) if isinstance(start, SharedAttributes) else _attributes(start)
+        encoded = shared + end_attributes if shared else end_attributes
+    else:
+        attributes = {**start, **end_attributes} if end_attributes else start
+        encoded = _attributes(attributes) if attributes else []
+    if encoded:
+        out["attributes"] = encoded
     if events:
         json_events = []
         for name, when, event_attributes in events:
