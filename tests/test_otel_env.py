@@ -277,6 +277,8 @@ def test_the_timeout_bounds_each_export() -> None:
 def test_traces_exporter_none_and_propagators_none() -> None:
     quiet = settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318", OTEL_TRACES_EXPORTER="none", OTEL_PROPAGATORS="none")
     assert quiet.export is None and quiet.propagate is False
+    explicit = otel_env.read("http://127.0.0.1:4318", {"OTEL_TRACES_EXPORTER": "none"})
+    assert explicit.export is not None  # --otlp-endpoint is asked for explicitly: it wins
     assert settings(OTEL_PROPAGATORS="tracecontext,baggage").propagate
 
 
