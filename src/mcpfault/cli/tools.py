@@ -128,15 +128,16 @@ def _traces_export(args: argparse.Namespace) -> int:
     from mcpfault.telemetry.export import ExportError, export_run
 
     try:
-        endpoint = otel_env.traces_url(args.otlp_endpoint)
+        url = otel_env.traces_url(args.otlp_endpoint)
+        export = otel_env.otlp_export(url) if url else None  # protocol, headers, gzip, TLS, timeout
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not endpoint:
+    if export is None:
         raise UsageError("no collector given: pass --otlp-endpoint http://HOST:4318 or set OTEL_EXPORTER_OTLP_ENDPOINT")
     if not args.run_dir.is_dir():
         raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
     try:
-        summary = export_run(args.run_dir, endpoint)
+        summary = export_run(args.run_dir, export, timeout_s=None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except ExportError as exc:

@@ -26,6 +26,8 @@ JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"  # always a string, even for nu
 RPC_RESPONSE_STATUS_CODE: Final = "rpc.response.status_code"
 ERROR_TYPE: Final = "error.type"  # JSON-RPC code as a string, ERROR_TYPE_TOOL_ERROR, or OTHER
 NETWORK_TRANSPORT: Final = "network.transport"
+NETWORK_PROTOCOL_NAME: Final = "network.protocol.name"  # "http" over Streamable HTTP; unset on stdio
+NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
 SERVER_ADDRESS: Final = "server.address"  # behind a proxy: the real server, not the proxy
 SERVER_PORT: Final = "server.port"
 CLIENT_ADDRESS: Final = "client.address"
@@ -35,6 +37,8 @@ GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name o
 ERROR_TYPE_TOOL_ERROR: Final = "tool_error"  # a result with isError: true
 NETWORK_TRANSPORT_PIPE: Final = "pipe"  # stdio
 NETWORK_TRANSPORT_TCP: Final = "tcp"  # Streamable HTTP
+NETWORK_PROTOCOL_HTTP: Final = "http"
+NETWORK_PROTOCOL_HTTP_VERSION: Final = "1.1"  # what the proxy's HTTP server speaks (http_server.py)
 OTHER: Final = "_OTHER"  # the conventions' catch-all; also our Prometheus label overflow value
 
 # --- OpenTelemetry attributes: mcpfault's own ---------------------------------------------------
