@@ -127,6 +127,9 @@ class PlanContext:
     history: Callable[[Call], tuple[bytes, ...]] = field(default=lambda _call: ())
     activating: bool = False  # a persistent fault is firing for the first time
     in_session: bool = False  # the request belongs to a session (an HTTP Mcp-Session-Id)
+    # The server's own description of a tool (its tools/list entry), once a tools/list answer has been seen.
+    tool: Callable[[str], Mapping[str, Any] | None] = field(default=lambda _name: None)
+    seed: int = 0  # the profile's seed, for choices that must stay the same on every call (drift's auto names)
 
 
 @runtime_checkable
@@ -146,6 +149,7 @@ class Fault(Protocol):
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
     needs_history: ClassVar[bool]  # the engine keeps earlier responses for ctx.history
+    needs_tools: ClassVar[bool]  # the engine learns tools/list answers for ctx.tool
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
         """What happens to ``call``; None when the fault cannot apply to it (the rule does not fire)."""
@@ -167,6 +171,7 @@ class FaultBase:
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
     needs_history: ClassVar[bool] = False
+    needs_tools: ClassVar[bool] = False
 
     def handshake(self, call: Call) -> ResponseStep | None:
         return None

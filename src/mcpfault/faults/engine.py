@@ -132,6 +132,9 @@ class Engine:
         self._handshake_rules = [s for s in self._states if s.rule.fault.handshake is not None]
         depths = [getattr(s.rule.fault, "history", 8) for s in self._states if s.rule.fault.needs_history]
         self._history = ResponseHistory(depth=max(depths)) if depths else None
+        # Tools as the server's tools/list describes them, for rules that need annotations or schemas.
+        self._learns_tools = any(s.rule.read_only is not None or s.rule.fault.needs_tools for s in self._states)
+        self._tools: dict[str, Mapping[str, Any]] = {}
         self._methods = frozenset(m for s in self._states for m in s.rule.fault.targets | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if self._states else frozenset()
         )
@@ -139,7 +142,7 @@ class Engine:
     @property
     def wants_responses(self) -> bool:
         """Whether ``observe_response`` needs to see tools/call responses."""
-        return self._history is not None
+        return self._history is not None or self._learns_tools
 
     def cares_about(self, method: str) -> bool:
         """False when no rule can act on ``method``: the request crosses untouched."""
@@ -196,13 +199,39 @@ class Engine:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
         if states is None:
-            states = [s for s in self._states if s.rule.matches_tool(tool)]
+            states = [s for s in self._states if s.rule.matches_tool(tool) and self._annotated_as(s.rule, tool)]
             if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
                 self._by_tool[tool] = states
         return states
 
+    def _annotated_as(self, rule: Rule, tool: str) -> bool:
+        """Whether ``tool`` has the annotations ``rule`` asks for; a tool not listed yet has none."""
+        if rule.read_only is None:
+            return True
+        listed = self._tools.get(tool)
+        if listed is None:
+            return False
+        annotations = listed.get("annotations")
+        # readOnlyHint defaults to false (the specification): a tool that says nothing may write.
+        read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+        return read_only is rule.read_only
+
+    def _learn_tools(self, body: Mapping[str, Any] | None) -> None:
+        result = body.get("result") if body is not None else None
+        tools = result.get("tools") if isinstance(result, Mapping) else None
+        if not isinstance(tools, list):
+            return
+        for tool in tools[:MAX_CACHED_TOOLS]:
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                self._tools[tool["name"]] = tool
+        self._by_tool.clear()  # what matches a tool may have changed with its annotations
+
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:
-        """Remember a server's successful tools/call response (what stale faults replay)."""
+        """Remember a server's successful tools/call response (what stale faults replay) and its tools/list
+        (what annotation-aware rules and auto drift read)."""
+        if call.method == "tools/list" and self._learns_tools:
+            self._learn_tools(body)
+            return
         if self._history is None or call.method != "tools/call" or body is None:
             return
         result = body.get("result")
@@ -220,7 +249,9 @@ class Engine:
 
     def _context(self, rule: Rule, *, activating: bool = False) -> PlanContext:
         history = self._history.get if self._history is not None else (lambda _call: ())
-        return PlanContext(rule.name, rule.matches_tool, history, activating, self._in_session)
+        return PlanContext(
+            rule.name, rule.matches_tool, history, activating, self._in_session, self._tools.get, self.profile.seed
+        )
 
     @staticmethod
     def _roll(state: _RuleState) -> bool:

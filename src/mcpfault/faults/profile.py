@@ -22,7 +22,7 @@ from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
-GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit")
+GENERIC_KEYS = ("type", "name", "tools", "read_only", "probability", "after", "limit")
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -40,6 +40,8 @@ class Rule:
     probability: float = 1.0
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
+    # Only tools whose annotations (from tools/list) say readOnlyHint is this; None: any tool.
+    read_only: bool | None = None
     matches_tool: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
 
 
@@ -195,6 +197,9 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         report("probability", f"got {probability!r}; expected a number from 0 to 1")
     elif not 0.0 <= probability <= 1.0:
         report("probability", f"{probability} is outside [0, 1]; use a number from 0 to 1")
+    read_only = raw.get("read_only")
+    if read_only is not None and not isinstance(read_only, bool):
+        report("read_only", f"got {read_only!r}; expected true (read-only tools) or false (tools that may write)")
     after = _count(raw.get("after", 0), "after", report, allow_none=False)
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
 
@@ -213,6 +218,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         probability=float(probability),
         after=int(after or 0),
         limit=limit,
+        read_only=read_only if isinstance(read_only, bool) else None,
         matches_tool=_matcher(tools),
     )
 
