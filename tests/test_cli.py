@@ -44,3 +44,44 @@ def test_run_seed_reseeds_the_faults(tmp_path: Path) -> None:
     error_seed = profile.load(profile.resolve("error")).seed
     assert seen == {0: fault_seed(error_seed, 0), 5: fault_seed(error_seed, 5)}
     assert seen[0] != seen[5]
+
+
+def test_faults_prints_toml_values_and_plain_text() -> None:
+    listed = cli("faults").stdout
+    assert "None" not in listed and "``" not in listed and "('" not in listed and "= '" not in listed
+    assert 'mode = "drop"' in listed and 'modes = ["truncate", "not_json"' in listed
+    assert "retry_after_s = (not set)" in listed and "notify = false" in listed
+
+
+def test_help_texts_and_defaults() -> None:
+    assert "the least severe log lines" in cli("proxy", "--help").stdout
+    assert "written as in a profile" in cli("faults", "--help").stdout
+    run_help = " ".join(cli("run", "--help").stdout.split())
+    assert "(default naive)" in run_help and "(default legacy)" in run_help
+
+
+def test_metrics_addr_port_0_prints_the_bound_address(tmp_path: Path) -> None:
+    import select
+    import time
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [*MCPFAULT, "proxy", "--config", "baseline", "--metrics-addr", "127.0.0.1:0", "--", *MCPFAULT, "mock-server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"/metrics" not in seen and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 0.5)[0]:
+                seen += os.read(proc.stderr.fileno(), 4096)
+        found = re.search(rb"metrics at (http://127\.0\.0\.1:(\d+)/metrics)", seen)
+        assert found and int(found.group(2)) > 0, seen
+        with urllib.request.urlopen(found.group(1).decode(), timeout=5) as response:
+            assert b"mcpfault_requests_in_flight" in response.read()
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import logging_options
+from mcpfault.cli.common import announce_metrics, logging_options
 from mcpfault.errors import UsageError
 
 
@@ -119,6 +119,7 @@ def _proxy(args: argparse.Namespace) -> int:
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
+    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     with _flushed_at_exit(events, telemetry):
@@ -204,6 +205,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         transport=names.TRANSPORT_HTTP,
         attributes=attributes,
     )
+    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)

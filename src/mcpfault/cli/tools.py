@@ -32,7 +32,12 @@ def add_checks(commands: Any) -> None:
     listing.add_argument("--path", action="store_true", help="also print each profile's file")
     listing.set_defaults(handler=_profiles)
 
-    faults = commands.add_parser("faults", help="list the fault types and their settings")
+    faults = commands.add_parser(
+        "faults",
+        help="list the fault types and their settings",
+        description="List every fault type a profile's [[faults]] rule can have, what it does, and its settings "
+        "with their defaults, written as in a profile (TOML).",
+    )
     faults.set_defaults(handler=_faults)
 
 
@@ -104,19 +109,24 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _faults(_args: argparse.Namespace) -> int:
+    import typing
 
     from mcpfault.faults import settings
     from mcpfault.faults.catalog import CATALOG
+    from mcpfault.faults.profile import GENERIC_KEYS
 
     for fault_type in CATALOG:
-        doc = ((fault_type.__module__ and sys.modules[fault_type.__module__].__doc__) or "").strip().splitlines()[0]
+        doc = (sys.modules[fault_type.__module__].__doc__ or "").strip().splitlines()[0].replace("``", "")
         only = "" if "stdio" in fault_type.transports else " (HTTP only)"
         print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
-        hints = __import__("typing").get_type_hints(fault_type)
+        hints = typing.get_type_hints(fault_type)
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
-            default = field.default if field.default is not dataclasses.MISSING else "(required)"
-            print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
-    print("every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none]")
+            default = "(required)" if field.default is dataclasses.MISSING else settings.toml_value(field.default)
+            print(f"    {field.name} = {default}  ({settings.describe(hints[field.name], settings.toml_value)})")
+    print(
+        f"every rule also takes: {', '.join(GENERIC_KEYS)}; tools are globs [all], read_only = true or false "
+        "(from the tools' readOnlyHint) [any], probability [1.0], after [0], limit [not set]"
+    )
     return EXIT_OK
 
 

@@ -21,7 +21,7 @@ import structlog
 from mcpfault.faults.base import Call, Delivery, HttpAction, HttpFailure
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
-from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
+from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 
@@ -105,6 +105,7 @@ class Stats:
     faults: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (rule, type, mode)
     received: Counter[str] = field(default_factory=Counter)  # what clients got, for faulted requests
     opaque: Counter[str] = field(default_factory=Counter)  # unparsable lines, by direction
+    modern_requests: int = 0  # requests carrying the 2026-07-28 _meta envelope; the rest are 2025-11-25
     upstream_exit_code: int | None = None
     unanswered_at_exit: int = 0
 
@@ -154,6 +155,13 @@ class ProxyCore:
         assert body is not None
         method = body["method"]
         self.stats.requests[method] += 1
+        params = body.get("params")
+        if method == "server/discover" or (
+            params.__class__ is dict
+            and (meta := params.get("_meta")).__class__ is dict
+            and META_PROTOCOL_VERSION in meta
+        ):
+            self.stats.modern_requests += 1
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
