@@ -85,3 +85,26 @@ def test_metrics_addr_port_0_prints_the_bound_address(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_traces_show_prints_why_a_task_failed_silently(tmp_path: Path) -> None:
+    lost = tmp_path / "lost.toml"
+    lost.write_text('name = "lost"\n[[faults]]\ntype = "timeout"\ntools = ["open_incident"]\nlimit = 1\n')
+    out = tmp_path / "run"
+    done = cli(
+        "run", "--profile", str(lost), "--agent", "retry-only", "--tasks", "1", "--workflows", "open_incident",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    listing = cli("traces", "show", str(out))
+    assert listing.returncode == 0, listing.stderr
+    assert "open_incident" in listing.stdout and "failed_silent" in listing.stdout and "timeout/drop" in listing.stdout
+    shown = cli("traces", "show", str(out), "--task", "0")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "outcome=failed_silent" in lines[0] and "(retry-only)" in lines[0]
+    assert any("proxy" in line and "fault=timeout/drop" in line and "received=nothing" in line for line in lines)
+    assert any("CLIENT" in line and "attempt=2" in line for line in lines)
+    created = [line for line in lines if "state_change {op=open_incident" in line]
+    assert len(created) == 2  # the lost answer's write and the retry's: the duplicate, in the tree
+    assert cli("traces", "show", str(out), "--task", "9").returncode == 2
