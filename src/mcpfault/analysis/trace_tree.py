@@ -77,10 +77,10 @@ def task_faults(node: Node) -> list[str]:
 
 def label(span: SpanView) -> str:
     """What a person needs from one span, on one line."""
-    attrs = span.attributes
+    attrs = {key: _text(value) for key, value in span.attributes.items()}
     parts = [span.name]
     service = span.service_name
-    if isinstance(attrs.get(names.TASK_INDEX), int):
+    if isinstance(span.attributes.get(names.TASK_INDEX), int):
         parts.append(f"#{attrs[names.TASK_INDEX]}")
         if names.TASK_OUTCOME in attrs:
             parts.append(f"outcome={attrs[names.TASK_OUTCOME]}")
@@ -97,13 +97,13 @@ def label(span: SpanView) -> str:
         parts.append("mock" if service == names.MOCK_SERVICE else "server")
         for event in span.events:
             if event.name == names.EVENT_STATE_CHANGE:
-                state = {k.removeprefix(_STATE_PREFIX): v for k, v in event.attributes.items()}
+                state = {k.removeprefix(_STATE_PREFIX): _text(v) for k, v in event.attributes.items()}
                 parts.append("state_change {" + ", ".join(f"{k}={v}" for k, v in state.items()) + "}")
     else:
         parts.append(span.kind.name)
         if names.ATTEMPT in attrs:
             parts.append(f"attempt={attrs[names.ATTEMPT]}")
-        backoff = attrs.get(names.BACKOFF_S)
+        backoff = span.attributes.get(names.BACKOFF_S)
         if isinstance(backoff, float) and backoff > 0:
             parts.append(f"backoff_s={backoff:.3f}")
         if names.FAILURE in attrs:
@@ -117,3 +117,7 @@ def label(span: SpanView) -> str:
 def _is_proxy(span: SpanView) -> bool:
     # The proxy's spans say what the client received; its service name can be renamed (OTEL_SERVICE_NAME).
     return names.CLIENT_RECEIVED in span.attributes
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
