@@ -108,3 +108,33 @@ def test_traces_show_prints_why_a_task_failed_silently(tmp_path: Path) -> None:
     created = [line for line in lines if "state_change {op=open_incident" in line]
     assert len(created) == 2  # the lost answer's write and the retry's: the duplicate, in the tree
     assert cli("traces", "show", str(out), "--task", "9").returncode == 2
+
+
+TIME_SERVER = [sys.executable, "-m", "mcp_server_time"]
+EVERYTHING_JS = (
+    Path(__file__).resolve().parent / "npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+)
+
+
+def test_dry_run_says_which_rule_matches_which_tool_of_a_real_server() -> None:
+    stale = cli("proxy", "--dry-run", "--config", "stale_reads", "--", *TIME_SERVER)
+    assert stale.returncode == 0, stale.stderr
+    assert "get_current_time, convert_time" in stale.stdout and "matches nothing" not in stale.stdout
+    # Every tool of mcp-server-time is read-only: a rule for writes can never fire there.
+    writes = cli("proxy", "--dry-run", "--config", "lost_writes", "--", *TIME_SERVER)
+    assert writes.returncode == 1
+    flat = " ".join(writes.stdout.split())
+    assert (
+        "rule 'lost-write-response' matches nothing: read_only = false: none of get_current_time, convert_time" in flat
+    )
+    mock_names = cli("proxy", "--dry-run", "--config", "drift_input", "--", *TIME_SERVER)
+    assert mock_names.returncode == 1 and "names none of the server's tools" in " ".join(mock_names.stdout.split())
+
+
+@pytest.mark.skipif(not EVERYTHING_JS.exists(), reason="server-everything is not installed (npm ci --prefix tests/npm)")
+def test_dry_run_reads_resources_and_prompts_of_server_everything() -> None:
+    done = cli("proxy", "--dry-run", "--config", "error", "--", "node", str(EVERYTHING_JS), "stdio")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    found = re.search(r"(\d+) tool\(s\), resources: (\d+), prompts: (\d+)", first)
+    assert found and all(int(n) > 0 for n in found.groups()), first

@@ -199,12 +199,12 @@ class Engine:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
         if states is None:
-            states = [s for s in self._states if s.rule.matches_tool(tool) and self._annotated_as(s.rule, tool)]
+            states = [s for s in self._states if s.rule.matches_tool(tool) and self.annotated_as(s.rule, tool)]
             if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
                 self._by_tool[tool] = states
         return states
 
-    def _annotated_as(self, rule: Rule, tool: str) -> bool:
+    def annotated_as(self, rule: Rule, tool: str) -> bool:
         """Whether ``tool`` has the annotations ``rule`` asks for; a tool not listed yet has none."""
         if rule.read_only is None:
             return True
