@@ -12,6 +12,7 @@ import pytest
 
 from mcpfault.faults import profile
 from mcpfault.harness.bench import fault_seed
+from mcpfault.proxy.events import read_events
 
 MCPFAULT = [sys.executable, "-m", "mcpfault"]
 
@@ -138,3 +139,35 @@ def test_dry_run_reads_resources_and_prompts_of_server_everything() -> None:
     first = done.stdout.splitlines()[0]
     found = re.search(r"(\d+) tool\(s\), resources: (\d+), prompts: (\d+)", first)
     assert found and all(int(n) > 0 for n in found.groups()), first
+
+
+@pytest.mark.parametrize("client", ["claude-desktop", "cursor", "claude-code"])
+def test_config_launches_the_server_behind_the_proxy_as_a_client_does(client: str, tmp_path: Path) -> None:
+    import json
+    import shlex
+
+    import anyio
+    from mcp import Client, StdioServerParameters, stdio_client
+
+    events = tmp_path / "events.jsonl"
+    done = cli("config", client, "--profile", "error", "--events", str(events), "--", *TIME_SERVER, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    if client == "claude-code":
+        words = shlex.split(done.stdout)
+        assert words[:3] == ["claude", "mcp", "add"] and words[4] == "-e" and words[5].startswith("PATH=")
+        split = words.index("--")
+        command, args, env = words[split + 1], words[split + 2 :], {"PATH": words[5].removeprefix("PATH=")}
+    else:
+        (entry,) = json.loads(done.stdout)["mcpServers"].values()
+        command, args, env = entry["command"], entry["args"], entry["env"]
+    assert Path(command).is_absolute() and all(not a.startswith(".") for a in args)
+
+    async def use() -> list[str]:
+        # As a client launches it: working directory /, nothing but the configured environment.
+        params = StdioServerParameters(command=command, args=args, env=env, cwd="/")
+        with anyio.fail_after(60):
+            async with Client(stdio_client(params), mode="legacy", read_timeout_seconds=30) as session:
+                return [t.name for t in (await session.list_tools()).tools]
+
+    assert "get_current_time" in anyio.run(use)
+    assert any(e["method"] == "tools/list" for e in read_events(events))

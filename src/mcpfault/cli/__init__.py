@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import harness, proxy, tools
+from mcpfault.cli import config, harness, proxy, tools
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -65,4 +65,5 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_checks(commands)
     harness.add_parsers(commands)
     tools.add_tools(commands)
+    config.add_parser(commands)
     return parser
