@@ -67,8 +67,8 @@ def launch(
     if events is not None:
         args += ["--events", os.path.abspath(events.expanduser())]
     args += ["--", *server_command]
-    directories = dict.fromkeys(str(Path(p).parent) for p in (own[0], server_command[0]) if os.sep in p)
-    path = os.pathsep.join([*directories, "/usr/local/bin", "/usr/bin", "/bin"])
+    directories = [str(Path(p).parent) for p in (own[0], server_command[0]) if os.sep in p]
+    path = os.pathsep.join(dict.fromkeys([*directories, "/usr/local/bin", "/usr/bin", "/bin"]))
     return Launch(name or _name_of(server), own[0], tuple(args), {"PATH": path})
 
 
