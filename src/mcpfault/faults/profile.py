@@ -85,12 +85,14 @@ def first_line(path: Path) -> str:
         description = None
     if isinstance(description, str) and description.strip():
         return description.strip().splitlines()[0]
+    comment: list[str] = []
     for line in text.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line.strip():
+        if not line.startswith("#"):
             break
-    return ""
+        comment.append(line.lstrip("# ").strip())
+    joined = " ".join(comment)
+    end = joined.find(". ")
+    return joined[: end + 1] if end >= 0 else joined
 
 
 def _where(path: Path) -> str:
