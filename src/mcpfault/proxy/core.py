@@ -309,6 +309,9 @@ class ProxyCore:
         self.stats.upstream_exit_code = exit_code
         for observer in self._observers:
             observer.upstream_exited(exit_code)
+        for held in list(self._held_events.values()):  # answers held back go out now, as the transport ends
+            self._write_event(held.record, held.started)
+        self._held_events.clear()
         for unanswered in self._server_requests.values():
             self._record(unanswered, Delivery(None), upstream_contacted=True, received="upstream_exited", event=False)
         self._server_requests.clear()
@@ -447,7 +450,7 @@ class ProxyCore:
             record["error_code"] = error_code
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
-        if delivery.delay_s > 0 and delivery.data is not None:
+        if delay_s > 0 and delivery.data is not None:
             # The client gets this answer only after the delay: the event waits for it (or for a cancel).
             key = jsonrpc.id_key(call.request_id)
             earlier = self._held_events.pop(key, None)
