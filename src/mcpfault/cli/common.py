@@ -12,7 +12,12 @@ EXIT_NOT_STARTED = 127
 
 
 def logging_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written to stderr (default warning)",
+    )
     parser.add_argument(
         "--log-format",
         default="auto",
@@ -24,3 +29,10 @@ def logging_options(parser: argparse.ArgumentParser) -> None:
 def usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def announce_metrics(url: str | None) -> None:
+    """Say where /metrics is served: with ``--metrics-addr HOST:0`` only the bound port tells."""
+    if url is not None:
+        print(f"mcpfault: metrics at {url}", file=sys.stderr)
+        sys.stderr.flush()

@@ -166,6 +166,9 @@ class Engine:
         self._history: ResponseHistory | None = None
         self._methods: frozenset[str] = frozenset()
         self._pending: tuple[RuleChange, ...] = ()
+        # Tools as the server's tools/list describes them (kept across rule-set changes).
+        self._tools: dict[str, Mapping[str, Any]] = {}
+        self._learns_tools = False
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
         self._apply(self._set)
@@ -206,6 +209,8 @@ class Engine:
         depths = [s.rule.fault.history_depth() for s in states]
         if any(depths) and (self._history is None or self._history.depth < max(depths)):
             self._history = ResponseHistory(depth=max(depths))
+        # Tools as the server's tools/list describes them, for rules that need annotations or schemas.
+        self._learns_tools = any(s.rule.read_only is not None or s.rule.fault.needs_tools for s in states)
         self._methods = frozenset(m for s in states for m in s.rule.fault.targets | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if states else frozenset()
         )
@@ -215,7 +220,7 @@ class Engine:
         """Whether ``observe_response`` needs to see tools/call responses."""
         if self._live.current is not self._set:
             self._refresh()
-        return self._history is not None
+        return self._history is not None or self._learns_tools
 
     def cares_about(self, method: str) -> bool:
         """False when no rule can act on ``method`` and no change is news: the request crosses untouched."""
@@ -307,13 +312,39 @@ class Engine:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
         if states is None:
-            states = [s for s in self._states if s.rule.matches_tool(tool)]
+            states = [s for s in self._states if s.rule.matches_tool(tool) and self.annotated_as(s.rule, tool)]
             if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
                 self._by_tool[tool] = states
         return states
 
+    def annotated_as(self, rule: Rule, tool: str) -> bool:
+        """Whether ``tool`` has the annotations ``rule`` asks for; a tool not listed yet has none."""
+        if rule.read_only is None:
+            return True
+        listed = self._tools.get(tool)
+        if listed is None:
+            return False
+        annotations = listed.get("annotations")
+        # readOnlyHint defaults to false (the specification): a tool that says nothing may write.
+        read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+        return read_only is rule.read_only
+
+    def _learn_tools(self, body: Mapping[str, Any] | None) -> None:
+        result = body.get("result") if body is not None else None
+        tools = result.get("tools") if isinstance(result, Mapping) else None
+        if not isinstance(tools, list):
+            return
+        for tool in tools[:MAX_CACHED_TOOLS]:
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                self._tools[tool["name"]] = tool
+        self._by_tool.clear()  # what matches a tool may have changed with its annotations
+
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:
-        """Remember a server's successful tools/call response (what stale faults replay)."""
+        """Remember a server's successful tools/call response (what stale faults replay) and its tools/list
+        (what annotation-aware rules and auto drift read)."""
+        if call.method == "tools/list" and self._learns_tools:
+            self._learn_tools(body)
+            return
         if self._history is None or call.method != "tools/call" or body is None:
             return
         result = body.get("result")
@@ -331,7 +362,9 @@ class Engine:
 
     def _context(self, rule: Rule, *, activating: bool = False) -> PlanContext:
         history = self._history.get if self._history is not None else (lambda _call: ())
-        return PlanContext(rule.name, rule.matches_tool, history, activating, self._in_session)
+        return PlanContext(
+            rule.name, rule.matches_tool, history, activating, self._in_session, self._tools.get, self.profile.seed
+        )
 
     @staticmethod
     def _roll(state: _RuleState) -> bool:

@@ -124,6 +124,11 @@ class LiveMetrics:
             raise UsageError(f"--metrics-addr {addr}: {exc}") from None
         return cls(metrics, server)
 
+    @property
+    def url(self) -> str | None:
+        """Where /metrics is served (the real port when 0 was asked for), or None."""
+        return self._server.url if self._server is not None else None
+
     def record(self, records: Sequence[TaskRecord]) -> None:
         if self._metrics is not None:
             record_bench_metrics(records, self._metrics, trace_ids=trace_ids_of(records))
