@@ -35,8 +35,8 @@ def recovery_s(rows: Sequence[tuple[float, int, int, int]], action_start_s: floa
     """From a process action's start to the first second with requests and no errors after its first error."""
     after = [r for r in rows if r[0] >= math.floor(action_start_s)]
     first_error = next((i for i, r in enumerate(after) if r[2]), None)
-    if first_error is None:
-        return 0.0 if any(r[1] for r in after) else None
+    if first_error is None:  # no error seen: recovered at once if requests went on, else never
+        return 0.0 if any(r[1] for r in after[1:]) else None
     clean = next((r for r in after[first_error:] if r[1] and not r[2]), None)
     return None if clean is None else round(clean[0] - action_start_s, 1)
 
@@ -52,7 +52,7 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
     def y(v: float) -> float:
         return TOP + plot_h * (1 - v / peak)
 
-    parts = [f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>']
+    parts: list[str] = []
     method_start = outcome.method_start - outcome.t0
     for run in outcome.actions:
         if run.started is None:
@@ -91,6 +91,7 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'font-family="sans-serif"><title>{title}</title>'
+        f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>'
         f'<text x="{LEFT}" y="20" font-size="13">{title}</text>{"".join(parts)}</svg>\n'
     )
 
@@ -146,6 +147,8 @@ def write(plan: Plan, outcome: Outcome, out_dir: Path) -> Path:
         lines += ["", "## Timeline", "", "![requests, errors and faults per second](timeline.svg)"]
     if outcome.reason:
         lines += ["", f"Reason: {outcome.reason}"]
+    if outcome.load_error:
+        lines += ["", f"The load: {outcome.load_error}"]
     lines += [
         "",
         "Files: `journal.jsonl` (FIS log schema v2), `events.jsonl`, `experiment-spans.jsonl`, `metrics.prom`.",

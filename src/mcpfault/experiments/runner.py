@@ -78,6 +78,7 @@ class Outcome:
     stop_values: list[tuple[str, float, Any]] = field(default_factory=list)  # (condition, t, value)
     tasks: list[tuple[float, TaskRecord]] = field(default_factory=list)
     reason: str = ""
+    load_error: str | None = None
 
 
 class Failed(Exception):
@@ -228,18 +229,20 @@ class _Run:
         for run in self.outcome.actions:
             self.journal.action(run.action.name, "pending", "waiting for its start time")
         self.journal.experiment("initiating", "starting the proxy and the load")
-        try:
-            async with anyio.create_task_group() as tg:
-                try:
-                    await self.target.start(tg)
-                    await self._timeline()
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self.target.stop()
-        except Failed as exc:
-            self._fail(str(exc))
-        except (ApiError, Unreachable) as exc:
-            self._fail(f"the control API failed: {exc}")
+        failure: str | None = None
+        async with anyio.create_task_group() as tg:  # the load's task: it reports its own errors
+            try:
+                await self.target.start(tg)
+                await self._timeline()
+            except Failed as exc:
+                failure = str(exc)
+            except (ApiError, Unreachable) as exc:
+                failure = f"the control API failed: {exc}"
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.target.stop()
+        if failure is not None:
+            self._fail(failure)
         self._after_load()
         self.journal.close()
         return self.outcome
@@ -381,6 +384,7 @@ class _Run:
         """Task outcomes are judged when the load ends: their probes are measured now, phase by phase."""
         outcome = self.outcome
         outcome.tasks = self.target.tasks
+        outcome.load_error = self.target.load_error
         if outcome.state == "failed":
             return
         phases = {
