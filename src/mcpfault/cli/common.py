@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from mcpfault.errors import ProblemsError
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -24,3 +31,20 @@ def logging_options(parser: argparse.ArgumentParser) -> None:
 def usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def check_files(paths: Sequence[Path], load: Callable[[Path], T], describe: Callable[[T], str], noun: str) -> int:
+    """Load each file, printing every problem of the bad ones and a line for the good; how many were bad."""
+    failed = 0
+    for path in paths:
+        try:
+            loaded = load(path)
+        except ProblemsError as exc:
+            failed += 1
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(f"{path}: ok ({describe(loaded)})")
+    if failed:
+        print(f"{failed} of {len(paths)} {noun}(s) have problems", file=sys.stderr)
+    return failed

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_OK, usage
+from mcpfault.cli.common import EXIT_OK, check_files, usage
 
 EXIT_INVALID = 2
 
@@ -61,16 +61,12 @@ def _load(path: Path) -> Any:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    failed = 0
-    for path in args.files:
-        plan = _load(path)
-        if plan is None:
-            failed += 1
-            continue
-        print(f"{path}: ok ({plan.title!r}: {len(plan.method)} action(s), {plan.total_s:g} s)")
-    if failed:
-        print(f"{failed} of {len(args.files)} experiment file(s) have problems", file=sys.stderr)
-    return EXIT_INVALID if failed else EXIT_OK
+    from mcpfault.experiments.plan import load
+
+    def describe(plan: Any) -> str:
+        return f"{plan.title!r}: {len(plan.method)} action(s), {plan.total_s:g} s"
+
+    return EXIT_INVALID if check_files(args.files, load, describe, "experiment file") else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcpfault.errors import MCPFaultError, ProfileError
+from mcpfault.errors import ProblemsError, ProfileError
 
 PROBES = ("metric", "promql", "http", "command")
 # The proxy's own figures over a trailing window (from its events); the task ones judge driven load.
@@ -42,12 +42,12 @@ class Problem:
         return f"{self.file}: {self.where}: {self.message}"
 
 
-class ExperimentError(MCPFaultError):
+class ExperimentError(ProblemsError):
+    kind = "experiment"
+
     def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        plural = "s" if len(problems) != 1 else ""
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{len(problems)} problem{plural} in experiment:\n{lines}")
+        super().__init__(problems)
+        self.problems: list[Problem] = problems
 
 
 @dataclass(frozen=True, slots=True)
