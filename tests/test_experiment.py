@@ -65,11 +65,11 @@ sessions = 0.5
         "hypothesis[0].tolerance",
         "hypothesis[0].metric",
         "stop_conditions[0].metric",
-        "blast_radius.sessions",
         "method[0].start_after_s",
         "method[0].duration_s",
         "method[0].fault.probability",
         "method[1].action",
+        "blast_radius.sessions",
     ], done.stderr
     assert "1 of 1 experiment file(s) have problems" in done.stderr
     assert experiment("run", str(path), "--dry-run").returncode == 2
@@ -233,3 +233,21 @@ def test_recovery_is_measured_from_the_action_to_the_first_clean_second() -> Non
     assert recovery_s(rows, 2.0) == 2.0
     assert recovery_s([(0.0, 5, 0, 0), (1.0, 0, 0, 0)], 0.5) is None  # nothing answered after: never recovered
     assert recovery_s([(0.0, 5, 0, 0), (1.0, 5, 0, 0)], 0.5) == 0.0
+
+
+def test_the_blast_radius_narrows_every_fault_action() -> None:
+    plan = plans.from_mapping(
+        {
+            "title": "radius",
+            "target": {"listen": "127.0.0.1:0", "url": "http://127.0.0.1:9/mcp"},
+            "blast_radius": {"tools": ["get_*"], "sessions": 0.5},
+            "method": [
+                {"name": "a", "duration_s": 1, "fault": {"type": "error"}},
+                {"name": "b", "duration_s": 1, "fault": {"type": "error", "tools": ["set_*"]}},
+            ],
+        }
+    )
+    assert [a.fault for a in plan.method] == [
+        {"name": "a", "type": "error", "tools": ["get_*"], "sessions": 0.5},
+        {"name": "b", "type": "error", "tools": ["set_*"], "sessions": 0.5},  # a rule may narrow it further
+    ]

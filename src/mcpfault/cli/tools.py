@@ -84,7 +84,8 @@ def _faults(_args: argparse.Namespace) -> int:
             print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
     print(
         "every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none], "
-        "start_after_s and duration_s (seconds since the proxy started) [always]"
+        "start_after_s and duration_s (seconds since the proxy started) [always], "
+        "sessions (share of HTTP sessions) [all]"
     )
     return EXIT_OK
 

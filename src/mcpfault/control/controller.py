@@ -290,6 +290,7 @@ def _describe(live: LiveRule, faults_enabled: bool, counts: Mapping[str, tuple[i
         "limit": rule.limit,
         "start_after_s": rule.start_after_s,
         "duration_s": rule.duration_s,
+        "sessions": rule.sessions,
         "settings": settings,
         "matched": matched,
         "injected": injected,

@@ -11,7 +11,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ class Plan:
     hypothesis: tuple[ProbeSpec, ...]
     method: tuple[Action, ...]
     stop_conditions: tuple[ProbeSpec, ...]
-    tools: tuple[str, ...] = ()  # blast radius: faults act only on these tools
+    radius: Mapping[str, Any] = field(default_factory=dict)  # blast radius: tools and/or sessions, for every fault
     source: str = "<memory>"
 
     @property
@@ -206,9 +206,9 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
         for i, t in enumerate(reader.tables(document, "stop_conditions"))
         if (p := _probe(reader, t, f"stop_conditions[{i}]", stop=True))
     )
-    tools = _radius(reader, document.get("blast_radius"))
+    radius = _radius(reader, document.get("blast_radius"))
     method = tuple(
-        a for i, t in enumerate(reader.tables(document, "method")) if (a := _action(reader, t, f"method[{i}]", tools))
+        a for i, t in enumerate(reader.tables(document, "method")) if (a := _action(reader, t, f"method[{i}]", radius))
     )
     if "method" not in document:
         reader.report("method", "is required: at least one [[method]] action (a fault rule or a process action)")
@@ -228,9 +228,13 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
     uses_tasks = [p.name for p in hypothesis if p.metric in TASK_METRICS]
     if uses_tasks and load_spec is None:
         reader.report("hypothesis", f"{', '.join(map(repr, uses_tasks))} judge driven tasks: add [load]")
+    if "sessions" in radius and load_spec is not None:
+        reader.report(
+            "blast_radius.sessions", "is a share of HTTP sessions; [load] drives one stdio stream, which has none"
+        )
     if problems:
         raise ExperimentError(problems)
-    return Plan(title, description, target, load_spec, hypothesis, method, stops, tools, source)
+    return Plan(title, description, target, load_spec, hypothesis, method, stops, radius, source)
 
 
 class _Reader:
@@ -412,7 +416,7 @@ def _tolerance(reader: _Reader, raw: Any, where: str) -> Tolerance | None:
     return None
 
 
-def _action(reader: _Reader, raw: Mapping[str, Any], where: str, tools: tuple[str, ...]) -> Action | None:
+def _action(reader: _Reader, raw: Mapping[str, Any], where: str, radius: Mapping[str, Any]) -> Action | None:
     count = len(reader.problems)
     reader.unknown(raw, ("name", "start_after_s", "duration_s", "fault", "action", "signal"), where)
     name = reader.string(raw, "name", f"{where}.name", required=True) or where
@@ -425,7 +429,7 @@ def _action(reader: _Reader, raw: Mapping[str, Any], where: str, tools: tuple[st
         )
     rule: dict[str, Any] | None = None
     if fault is not None:
-        rule = _fault_rule(reader, fault, f"{where}.fault", name, tools)
+        rule = _fault_rule(reader, fault, f"{where}.fault", name, radius)
     if process is not None and process not in PROCESS_ACTIONS:
         reader.report(f"{where}.action", f"got {process!r}; one of: {', '.join(PROCESS_ACTIONS)}")
     signal_name = raw.get("signal", "SIGKILL")
@@ -443,7 +447,7 @@ def _action(reader: _Reader, raw: Mapping[str, Any], where: str, tools: tuple[st
     return Action(name, start, duration, rule, process if isinstance(process, str) else None, str(signal_name).upper())
 
 
-def _fault_rule(reader: _Reader, raw: Any, where: str, name: str, tools: tuple[str, ...]) -> dict[str, Any] | None:
+def _fault_rule(reader: _Reader, raw: Any, where: str, name: str, radius: Mapping[str, Any]) -> dict[str, Any] | None:
     from mcpfault.faults.profile import rule_from_mapping
 
     if not isinstance(raw, dict):
@@ -453,8 +457,8 @@ def _fault_rule(reader: _Reader, raw: Any, where: str, name: str, tools: tuple[s
         reader.report(where, "the action's own start_after_s and duration_s set its window; leave them out of the rule")
         return None
     rule = {"name": name, **raw}
-    if tools and "tools" not in rule:
-        rule["tools"] = list(tools)  # the blast radius
+    for key, value in radius.items():
+        rule.setdefault(key, value)  # the blast radius, unless the rule narrows it itself
     try:
         rule_from_mapping(rule, reader.source)
     except ProfileError as exc:
@@ -464,20 +468,28 @@ def _fault_rule(reader: _Reader, raw: Any, where: str, name: str, tools: tuple[s
     return rule
 
 
-def _radius(reader: _Reader, raw: Any) -> tuple[str, ...]:
+def _radius(reader: _Reader, raw: Any) -> dict[str, Any]:
+    """The rule keys a blast radius sets on every fault action: ``tools`` globs, a ``sessions`` share."""
     if raw is None:
-        return ()
+        return {}
     if not isinstance(raw, dict):
         reader.report("blast_radius", "expected a table: [blast_radius]")
-        return ()
+        return {}
     reader.unknown(raw, ("tools", "sessions"), "blast_radius")
-    if "sessions" in raw:
-        reader.report("blast_radius.sessions", "a share of sessions is not supported yet; narrow by tools = [...]")
-    tools = raw.get("tools", [])
-    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-        reader.report("blast_radius.tools", f'got {tools!r}; expected a list of tool globs, e.g. ["get_*"]')
-        return ()
-    return tuple(tools)
+    radius: dict[str, Any] = {}
+    tools = raw.get("tools")
+    if tools is not None:
+        if isinstance(tools, list) and tools and all(isinstance(t, str) and t for t in tools):
+            radius["tools"] = list(tools)
+        else:
+            reader.report("blast_radius.tools", f'got {tools!r}; expected a list of tool globs, e.g. ["get_*"]')
+    sessions = raw.get("sessions")
+    if sessions is not None:
+        if isinstance(sessions, int | float) and not isinstance(sessions, bool) and 0 < sessions <= 1:
+            radius["sessions"] = float(sessions)
+        else:
+            reader.report("blast_radius.sessions", f"got {sessions!r}; expected a share of HTTP sessions in (0, 1]")
+    return radius
 
 
 def _names(reader: _Reader, names: list[str], section: str) -> None:

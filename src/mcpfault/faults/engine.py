@@ -9,12 +9,14 @@ faults (schema drift) apply in addition, from the call they first fire on.
 The rules come from a ``LiveRules`` (faults/live.py) that a controller may swap at run time: each
 request is decided against the one set read when it arrived, and a rule's state (RNG, counters)
 survives changes to the rule. A rule with ``start_after_s``/``duration_s`` is in force only inside
-that window of the ``elapsed_s`` the transport passes in (the engine reads no clock).
+that window of the ``elapsed_s`` the transport passes in (the engine reads no clock). A rule with
+``sessions`` acts only in that share of HTTP sessions, picked by a hash of the seed and the session id.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -134,10 +136,12 @@ class Engine:
         transport: str = STDIO,
         in_session: bool = False,
         live: LiveRules | None = None,
+        session_id: str | None = None,
     ) -> None:
         self.profile = profile
         self.transport = transport
         self._in_session = in_session
+        self._session_id = session_id
         self._live = live if live is not None else LiveRules.of(profile)
         self._by_key: dict[int, _RuleState] = {}
         self._all_states: tuple[_RuleState, ...] = ()  # every rule of the set, enabled or not (for counters)
@@ -148,6 +152,14 @@ class Engine:
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
         self._apply(self._set)
+
+    def _in_radius(self, rule: Rule, seed: int) -> bool:
+        """Whether this engine's session is inside the rule's share of sessions (outside any session: no)."""
+        if rule.sessions is None:
+            return True
+        if self._session_id is None:
+            return False
+        return session_share(seed, self._session_id) < rule.sessions
 
     def _refresh(self) -> RuleSet:
         """The current set, applied; read once per request, so one request sees one set."""
@@ -171,7 +183,7 @@ class Engine:
             else:
                 state.rule = live.rule  # a changed probability or limit; its RNG and counters carry on
             every.append(state)
-            if live.enabled and rules.enabled:
+            if live.enabled and rules.enabled and self._in_radius(live.rule, rules.seed):
                 states.append(state)
         # A profile rule's state is kept while it is removed (reset brings it back, counters kept).
         present = {live.key for live in rules.rules}
@@ -299,6 +311,12 @@ class Engine:
 
         Only reads: safe from another thread than the one deciding."""
         return [(s.rule.name, s.matched, s.injected) for s in self._all_states]
+
+
+def session_share(seed: int, session_id: str) -> float:
+    """Where a session falls in [0, 1): the same for the same seed and id, spread evenly across ids."""
+    digest = hashlib.sha256(f"{seed}:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:
