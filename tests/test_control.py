@@ -94,14 +94,14 @@ def test_kill_switch_reset_and_counters() -> None:
     assert fired(engine, 0, 3) == ["always"] * 3
     controller.off()
     assert fired(engine, 3, 3) == [None] * 3
-    assert [r["active"] for r in controller.list()] == [False, False]
+    assert [r["active"] for r in controller.faults()] == [False, False]
     controller.on()
     controller.patch("always", {"enabled": False})
     assert fired(engine, 6, 2) == [None, None]
     controller.reset()  # the profile as loaded: "boom" gone, "always" enabled again, counters kept
-    assert [r["name"] for r in controller.list()] == ["always"]
+    assert [r["name"] for r in controller.faults()] == ["always"]
     assert fired(engine, 8, 1) == ["always"]
-    assert controller.get("always")["injected"] == 4
+    assert controller.fault("always")["injected"] == 4
     assert [e["control"] for e in events.records] == ["add", "off", "on", "patch", "reset"]
     assert [e["version"] for e in events.records] == [1, 2, 3, 4, 5]
 

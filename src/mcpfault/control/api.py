@@ -39,7 +39,7 @@ Handler = Callable[[Controller, Call], Awaitable[tuple[int, Any]]]
 
 
 async def _list(c: Controller, _call: Call) -> tuple[int, Any]:
-    return 200, {"faults_enabled": c.rules.enabled, "version": c.rules.version, "faults": c.list()}
+    return 200, {"faults_enabled": c.rules.enabled, "version": c.rules.version, "faults": c.faults()}
 
 
 async def _add(c: Controller, call: Call) -> tuple[int, Any]:
@@ -47,7 +47,7 @@ async def _add(c: Controller, call: Call) -> tuple[int, Any]:
 
 
 async def _get(c: Controller, call: Call) -> tuple[int, Any]:
-    return 200, c.get(call.params["name"])
+    return 200, c.fault(call.params["name"])
 
 
 async def _remove(c: Controller, call: Call) -> tuple[int, Any]:

@@ -90,12 +90,12 @@ class Controller:
     def rules(self) -> RuleSet:
         return self.live.current
 
-    def list(self) -> list[dict[str, Any]]:
+    def faults(self) -> list[dict[str, Any]]:
         counts = self._counts()
         current = self.live.current
         return [_describe(live, current.enabled, counts) for live in current.rules]
 
-    def get(self, name: str) -> dict[str, Any]:
+    def fault(self, name: str) -> dict[str, Any]:
         current = self.live.current
         return _describe(self._find(current, name), current.enabled, self._counts())
 
@@ -140,7 +140,7 @@ class Controller:
             added = LiveRule(rule, self.live.new_key(), f"rule:{rule.name}", runtime=True)
             details = {"type": rule.type_name}
             self._swap(current.changed("add", rules=(*current.rules, added), rule=rule.name, details=details))
-        return self.get(rule.name)
+        return self.fault(rule.name)
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -177,7 +177,7 @@ class Controller:
             rules = tuple(changed if live is found else live for live in current.rules)
             details = {key: changes[key] for key in PATCHABLE if key in changes}
             self._swap(current.changed("patch", rules=rules, rule=name, details=details))
-        return self.get(name)
+        return self.fault(name)
 
     def off(self) -> None:
         """The kill switch: no rule fires, at once, for every request decided from now on."""
