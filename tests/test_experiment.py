@@ -251,3 +251,93 @@ def test_the_blast_radius_narrows_every_fault_action() -> None:
         {"name": "a", "type": "error", "tools": ["get_*"], "sessions": 0.5},
         {"name": "b", "type": "error", "tools": ["set_*"], "sessions": 0.5},  # a rule may narrow it further
     ]
+
+
+@pytest.mark.slow
+def test_an_http_target_is_observed_while_a_client_of_our_own_calls_it(tmp_path: Path) -> None:
+    import http.client
+    import re
+    import threading
+    import time
+    from urllib.parse import urlsplit
+
+    from tests.http_support import SDK_SERVER, free_port, modern_call
+
+    port = free_port()
+    server = json.dumps([sys.executable, str(SDK_SERVER), "--http", str(port), "--json"])
+    path = write_profile(
+        tmp_path,
+        f"""
+title = "observed"
+[target]
+command = {server}
+listen = "127.0.0.1:0"
+url = "http://127.0.0.1:{port}/mcp"
+[[hypothesis]]
+name = "errors stay rare"
+probe = "metric"
+metric = "error_rate"
+window_s = 2
+tolerance = [0, 0.05]
+[[method]]
+name = "errors"
+start_after_s = 0.5
+duration_s = 2
+fault = {{ type = "error", tools = ["echo"] }}
+""",
+    )
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "mcpfault", "experiment", "run", str(path), "--out", str(out)]
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    answers: list[tuple[float, bool]] = []
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline and runner.poll() is None:
+            log = out / "proxy.log"
+            found = re.search(r"serving (\S+) ->", log.read_text() if log.exists() else "")
+            url = found.group(1) if found else None
+            time.sleep(0.05)
+        assert url is not None, "the experiment's proxy never served"
+        parts = urlsplit(url)
+
+        def client() -> None:
+            connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=10)
+            i = 0
+            while runner.poll() is None and i < 2000:
+                body, headers = modern_call(i, "echo", {"text": "hi"})
+                try:
+                    connection.request("POST", parts.path, body=json.dumps(body), headers=headers)
+                    answer = json.loads(connection.getresponse().read())
+                except (OSError, ValueError, http.client.HTTPException):
+                    break
+                answers.append((time.time(), "error" in answer))
+                i += 1
+                time.sleep(0.02)
+            connection.close()
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        output, _ = runner.communicate(timeout=90)
+        thread.join(15)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(5)
+    assert runner.returncode == 0, output
+    assert "clients connect to http://127.0.0.1:" in output
+    errors = [t for t, failed in answers if failed]
+    assert errors and len(errors) < len(answers)  # faults during the method only
+    entries = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    started, ended = (
+        datetime_of(e["time"])
+        for e in entries
+        if e["type"] == "action-state-change" and e["data"]["state"] in ("running", "completed")
+    )
+    assert all(started - 0.5 <= t <= ended + 0.5 for t in errors)
+
+
+def datetime_of(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

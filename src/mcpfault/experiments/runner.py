@@ -93,6 +93,7 @@ class _Target:
         self.out_dir = out_dir
         self.events = out_dir / "events.jsonl"
         self.control: ControlClient | None = None
+        self.serving: str | None = None  # an HTTP target: where clients connect
         self.tasks: list[tuple[float, TaskRecord]] = []
         self.load_error: str | None = None
         self._stop_load = False
@@ -152,7 +153,7 @@ class _Target:
         command += ["--control", "127.0.0.1:0"]
         self._processes.append(self._spawn(command, self.out_dir / "proxy.log"))
         url = await self._wait_for(self.out_dir / "proxy.log", _CONTROL_LINE)
-        await self._wait_for(self.out_dir / "proxy.log", _SERVING_LINE)
+        self.serving = await self._wait_for(self.out_dir / "proxy.log", _SERVING_LINE)
         return url
 
     def _spawn(self, command: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -269,6 +270,8 @@ class _Run:
         outcome.method_start = outcome.t0 + plan.warmup_s
         outcome.method_end = outcome.method_start + plan.method_s
         self.journal.experiment("running", "the proxy is up; warming up before the method")
+        if self.target.serving is not None:
+            self.echo(f"clients connect to {self.target.serving}")
         self.echo(f"running: warm-up {plan.warmup_s:g} s, method {plan.method_s:g} s, cool-down {plan.cooldown_s:g} s")
         await _sleep_until(outcome.method_start)
         before = await self._measure("before", outcome.t0, outcome.method_start, live_only=True)
