@@ -190,9 +190,9 @@ class ControlApi:
         if raw.strip():
             try:
                 body = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _error(400, f"the body is not JSON: {exc}")
-        query = {k: v[-1] for k, v in parse_qs(request.raw_path.partition("?")[2]).items()}
+        query = {k: v[-1] for k, v in parse_qs(request.raw_path.partition("?")[2], keep_blank_values=True).items()}
         try:
             status, answer = await handler(self.controller, Call(params, query, body))
         except Invalid as exc:

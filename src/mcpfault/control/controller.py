@@ -152,12 +152,12 @@ class Controller:
     def patch(self, name: str, changes: Any) -> dict[str, Any]:
         """Change ``probability``, ``enabled`` or ``limit`` of a rule; its RNG and counters carry on."""
         source = f"PATCH /faults/{name}"
-        if not isinstance(changes, Mapping) or not changes:
-            expected = f"expected a JSON object with any of: {', '.join(PATCHABLE)}"
-            raise Invalid([Problem(source, None, "body", expected)])
         with self._lock:
             current = self.live.current
             found = self._find(current, name)
+            if not isinstance(changes, Mapping) or not changes:
+                expected = f"expected a JSON object with any of: {', '.join(PATCHABLE)}"
+                raise Invalid([Problem(source, None, "body", expected)])
             problems = [
                 Problem(source, found.rule.index, key, f"cannot be changed live; only {', '.join(PATCHABLE)}", name)
                 for key in changes
