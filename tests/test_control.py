@@ -199,7 +199,7 @@ def test_control_api_on_a_live_stdio_proxy(proxy_factory: Any, tmp_path: Path) -
     assert "error" not in send(9)
     status, _, state = api(url, "GET", "/status")
     assert status == 200 and state["requests"] == {"tools/call": 9} and state["faults"] == {"error": 4}
-    assert state["server"]["generation"] == 1 and state["server"]["pid"] > 0 and state["faults_enabled"]
+    assert state["server"]["generation"] == 0 and state["server"]["pid"] > 0 and state["faults_enabled"]
     status, _, bad = api(url, "POST", "/faults", raw=b"{not json")
     assert status == 400 and "not JSON" in bad["error"]
     assert api(url, "GET", "/nothing")[0] == 404

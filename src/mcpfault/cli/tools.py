@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, usage
-from mcpfault.errors import UsageError
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, usage
+from mcpfault.errors import ProfileError, UsageError
 
 
 def add_checks(commands: Any) -> None:
@@ -62,10 +62,18 @@ def add_tools(commands: Any) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
 
-    def describe(loaded: profile.Profile) -> str:
-        return f"profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s)"
-
-    failed = check_files(args.profiles, profile.load, describe, "profile")
+    failed = 0
+    for path in args.profiles:
+        try:
+            loaded = profile.load(path)
+        except ProfileError as exc:
+            failed += 1
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(f"{path}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))")
+    if failed:
+        print(f"{failed} of {len(args.profiles)} profile(s) have problems", file=sys.stderr)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 

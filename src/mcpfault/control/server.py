@@ -24,7 +24,7 @@ class ServerControl(Protocol):
 
     @property
     def generation(self) -> int:
-        """1 for the first process, one more for each restart."""
+        """0 for the first process, one more for each restart."""
         ...
 
     async def crash(self, signal_name: str = "SIGKILL") -> None:
@@ -66,7 +66,7 @@ class ChildControl:
 
     @property
     def generation(self) -> int:
-        return 1
+        return 0
 
     async def crash(self, signal_name: str = "SIGKILL") -> None:
         self._child.send_signal(signal_number(signal_name))

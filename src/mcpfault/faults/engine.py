@@ -122,6 +122,12 @@ class ResponseHistory:
         return len(self._entries)
 
 
+def session_share(seed: int, session_id: str) -> float:
+    """Where a session falls in [0, 1): the same for the same seed and id, spread evenly across ids."""
+    digest = hashlib.sha256(f"{seed}:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 class Engine:
     """Decisions for one stream of requests (a stdio connection, an HTTP session).
 
@@ -135,19 +141,19 @@ class Engine:
         *,
         transport: str = STDIO,
         in_session: bool = False,
-        live: LiveRules | None = None,
         session_id: str | None = None,
+        live: LiveRules | None = None,
     ) -> None:
         self.profile = profile
         self.transport = transport
         self._in_session = in_session
-        self._session_id = session_id
         self._live = live if live is not None else LiveRules.of(profile)
         self._by_key: dict[int, _RuleState] = {}
         self._all_states: tuple[_RuleState, ...] = ()  # every rule of the set, enabled or not (for counters)
         self._states: list[_RuleState] = []
         self._history: ResponseHistory | None = None
         self._methods: frozenset[str] = frozenset()
+        self._session_id = session_id  # for rules with a sessions share (a blast radius)
         self._pending: tuple[RuleChange, ...] = ()
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
@@ -311,12 +317,6 @@ class Engine:
 
         Only reads: safe from another thread than the one deciding."""
         return [(s.rule.name, s.matched, s.injected) for s in self._all_states]
-
-
-def session_share(seed: int, session_id: str) -> float:
-    """Where a session falls in [0, 1): the same for the same seed and id, spread evenly across ids."""
-    digest = hashlib.sha256(f"{seed}:{session_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def rules_not_carried(profile: Profile, transport: str) -> list[Rule]:
