@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from mcpfault.errors import ProblemsError
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -36,3 +43,20 @@ def announce_metrics(url: str | None) -> None:
     if url is not None:
         print(f"mcpfault: metrics at {url}", file=sys.stderr)
         sys.stderr.flush()
+
+
+def check_files(paths: Sequence[Path], load: Callable[[Path], T], describe: Callable[[T], str], noun: str) -> int:
+    """Load each file, printing every problem of the bad ones and a line for the good; how many were bad."""
+    failed = 0
+    for path in paths:
+        try:
+            loaded = load(path)
+        except ProblemsError as exc:
+            failed += 1
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(f"{path}: ok ({describe(loaded)})")
+    if failed:
+        print(f"{failed} of {len(paths)} {noun}(s) have problems", file=sys.stderr)
+    return failed

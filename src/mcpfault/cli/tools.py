@@ -139,7 +139,8 @@ def _faults(_args: argparse.Namespace) -> int:
     print(
         f"every rule also takes: {', '.join(GENERIC_KEYS)}; tools are globs [all], read_only = true or false "
         "(from the tools' readOnlyHint) [any], probability [1.0], after [0], limit [not set], "
-        "start_after_s and duration_s (seconds since the proxy started) [always in force]"
+        "start_after_s and duration_s (seconds since the proxy started) [always in force], "
+        "sessions (the share of HTTP sessions it acts in) [all]"
     )
     return EXIT_OK
 

@@ -9,12 +9,14 @@ faults (schema drift) apply in addition, from the call they first fire on.
 The rules come from a ``LiveRules`` (faults/live.py) that a controller may swap at run time: each
 request is decided against the one set read when it arrived, and a rule's state (RNG, counters)
 survives changes to the rule. A rule with ``start_after_s``/``duration_s`` is in force only inside
-that window of the ``elapsed_s`` the transport passes in (the engine reads no clock).
+that window of the ``elapsed_s`` the transport passes in (the engine reads no clock). A rule with
+``sessions`` acts only in that share of HTTP sessions, picked by a hash of the seed and the session id.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -137,6 +139,12 @@ class ResponseHistory:
         return len(self._entries)
 
 
+def session_share(seed: int, session_id: str) -> float:
+    """Where a session falls in [0, 1): the same for the same seed and id, spread evenly across ids."""
+    digest = hashlib.sha256(f"{seed}:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 class Engine:
     """Decisions for one stream of requests (a stdio connection, an HTTP session).
 
@@ -150,6 +158,7 @@ class Engine:
         *,
         transport: str = STDIO,
         in_session: bool = False,
+        session_id: str | None = None,
         live: LiveRules | None = None,
         owns_process: bool | None = None,
     ) -> None:
@@ -165,6 +174,7 @@ class Engine:
         self._timed: list[_RuleState] = []  # process faults with start_after_s: fired by due(), not requests
         self._history: ResponseHistory | None = None
         self._methods: frozenset[str] = frozenset()
+        self._session_id = session_id  # for rules with a sessions share (a blast radius)
         self._pending: tuple[RuleChange, ...] = ()
         # Tools as the server's tools/list describes them (kept across rule-set changes).
         self._tools: dict[str, Mapping[str, Any]] = {}
@@ -172,6 +182,14 @@ class Engine:
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
         self._apply(self._set)
+
+    def _in_radius(self, rule: Rule, seed: int) -> bool:
+        """Whether this engine's session is inside the rule's share of sessions (outside any session: no)."""
+        if rule.sessions is None:
+            return True
+        if self._session_id is None:
+            return False
+        return session_share(seed, self._session_id) < rule.sessions
 
     def _refresh(self) -> RuleSet:
         """The current set, applied; read once per request, so one request sees one set."""
@@ -195,7 +213,7 @@ class Engine:
             else:
                 state.rule = live.rule  # a changed probability or limit; its RNG and counters carry on
             every.append(state)
-            if live.enabled and rules.enabled:
+            if live.enabled and rules.enabled and self._in_radius(live.rule, rules.seed):
                 states.append(state)
         # A profile rule's state is kept while it is removed (reset brings it back, counters kept).
         present = {live.key for live in rules.rules}

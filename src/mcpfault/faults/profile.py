@@ -25,7 +25,18 @@ from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
-GENERIC_KEYS = ("type", "name", "tools", "read_only", "probability", "after", "limit", "start_after_s", "duration_s")
+GENERIC_KEYS = (
+    "type",
+    "name",
+    "tools",
+    "read_only",
+    "probability",
+    "after",
+    "limit",
+    "start_after_s",
+    "duration_s",
+    "sessions",
+)
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server")
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -50,6 +61,8 @@ class Rule:
     # A process fault with start_after_s fires once at that time instead of on a request.
     start_after_s: float | None = None
     duration_s: float | None = None
+    # A blast radius: the share of HTTP sessions (chosen by a seeded hash of the session id) the rule acts in.
+    sessions: float | None = None
 
     def in_window(self, elapsed_s: float) -> bool:
         start = self.start_after_s or 0.0
@@ -250,6 +263,12 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
     start_after_s = _seconds(raw.get("start_after_s"), "start_after_s", report)
     duration_s = _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
+    sessions = raw.get("sessions")
+    if sessions is not None and (
+        not isinstance(sessions, int | float) or isinstance(sessions, bool) or not 0 < sessions <= 1
+    ):
+        report("sessions", f"got {sessions!r}; expected the share of HTTP sessions, a number in (0, 1]")
+        sessions = None
 
     fault = None
     if fault_type is not None:
@@ -270,6 +289,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         matches_tool=_matcher(tools),
         start_after_s=start_after_s,
         duration_s=duration_s,
+        sessions=float(sessions) if sessions is not None else None,
     )
 
 

@@ -250,3 +250,22 @@ LLM_RETRY_AFTER_S: Final = "mcpfault.llm.retry_after_s"  # on a failed try: how 
 LLM_REPLAYED: Final = "mcpfault.llm.replayed"  # True: the answer came from a recording, not a model
 LLM_COST_USD: Final = "mcpfault.llm.cost_usd"  # estimated from the price table; absent for an unknown model
 LLM_HINTS: Final = "mcpfault.llm.reliability_hints"  # on task spans of the llm agent: was the model told
+
+# ===== experiments (mcpfault experiment run) =====================================================
+# The experiment is a root span, each action a child; every state transition is a span event.
+EXPERIMENT_SERVICE: Final = "mcpfault-experiment"
+EXPERIMENT_SCOPE: Final = "mcpfault.experiment"
+EXPERIMENT_SPAN: Final = "mcpfault.experiment"
+EXPERIMENT_ACTION_SPAN: Final = "mcpfault.experiment.action"
+EXPERIMENT_ID: Final = "mcpfault.experiment.id"
+EXPERIMENT_TITLE: Final = "mcpfault.experiment.title"
+EXPERIMENT_ACTION_ID: Final = "mcpfault.experiment.action_id"
+EVENT_EXPERIMENT_STATE: Final = "mcpfault.experiment.state_change"
+EXPERIMENT_STATE_ATTR: Final = "mcpfault.experiment.state"
+EXPERIMENT_REASON: Final = "mcpfault.experiment.reason"
+# Metrics: the experiment's state (1 for the current one), and action transitions by state.
+LABEL_STATE: Final = "state"
+EXPERIMENT_STATE: Final = "mcpfault_experiment_state"
+EXPERIMENT_STATE_LABELS: Final = (LABEL_STATE,)
+EXPERIMENT_ACTIONS_TOTAL: Final = "mcpfault_experiment_actions_total"
+EXPERIMENT_ACTIONS_TOTAL_LABELS: Final = (LABEL_STATE,)
