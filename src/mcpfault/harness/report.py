@@ -206,8 +206,8 @@ def _session_length(meta: ReportMeta) -> list[str]:
         f"- **Session length:** {meta.session_tasks} tasks per session, each session a fresh proxy and mock "
         "server. A rule's `after` and `limit` count calls per session, so the session length shapes the "
         "faults: drift_input and drift_output start renaming after the 3rd call of every session, and the "
-        "shorter the sessions, the more tasks finish before the drift (naive drift_input: 2% correct with "
-        "sessions of 20 tasks, 85% with sessions of 1; `docs/results/session-length.md` has the sweep). "
+        "shorter the sessions, the more tasks finish before the drift, and the better an agent without "
+        "reconciliation looks (`docs/results/session-length.md` has a sweep of the session length). "
         "The outage and the bursts likewise sit at fixed calls of each session.",
     ]
 
