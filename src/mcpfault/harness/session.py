@@ -290,7 +290,8 @@ async def _run_tasks(
     try:
         judged = judge_session(plan, world, result.runs, attempts, spans)
     except MCPFaultError as exc:
-        result.error = str(exc)
+        # A session that broke first keeps its own reason: the missing state is a consequence of it.
+        result.error = str(exc) if result.error is None else f"{result.error} (and nothing could be judged: {exc})"
     else:
         result.records, result.join_mismatches = judged.records, judged.mismatches
         if usage is not None:
