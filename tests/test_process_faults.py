@@ -378,3 +378,40 @@ def test_a_process_rule_behind_a_remote_upstream_is_named_at_start(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- the harness client copes as a real client does -------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_harness_client_reinitializes_when_a_restarted_server_forgot_the_session(tmp_path: Path) -> None:
+    from mcpfault.errors import ProtocolError
+    from mcpfault.harness.client import StdioClient
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.1
+replay_handshake = false
+
+[[faults]]
+type = "crash"
+tools = ["list_sites"]
+after = 1
+limit = 1
+"""
+    path = write_profile(tmp_path, text)
+    command = [sys.executable, "-m", "mcpfault", "proxy", "-c", str(path), "--no-summary"]
+    command += ["--", sys.executable, "-m", "mcpfault", "mock-server"]
+    with anyio.fail_after(60):
+        async with StdioClient(command, deadline_s=10) as client:
+            await client.connect()
+            assert await client.call_tool("list_sites", {})
+            with pytest.raises(ProtocolError, match="restarted"):
+                await client.call_tool("list_sites", {})
+            # No replay: the new server does not know the session; the client starts a new one...
+            with pytest.raises(ProtocolError, match="-32602"):  # the mock's data: "... before initialize"
+                await client.call_tool("list_sites", {})
+            # ... and the call after that succeeds.
+            assert await client.call_tool("list_sites", {})
+    assert [a.method for a in client.attempts].count("initialize") == 2

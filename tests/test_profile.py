@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcpfault.analysis.summary import PROFILE_ORDER
+from mcpfault.analysis.summary import PROCESS_PROFILES, PROFILE_ORDER
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
 
@@ -26,8 +26,8 @@ def problems(text: str) -> list[str]:
 
 def test_every_bundled_profile_is_valid() -> None:
     names = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml"))
-    # The nine of the benchmark, in its order, and the HTTP profile it leaves out.
-    assert names == sorted([*PROFILE_ORDER, "http"])
+    # The nine of the benchmark, in its order, the process profiles, and the HTTP profile it leaves out.
+    assert names == sorted([*PROFILE_ORDER, *PROCESS_PROFILES, "http"])
     for path in (ROOT / "profiles").glob("*.toml"):
         assert profile.load(path).name == path.stem
 

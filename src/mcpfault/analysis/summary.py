@@ -20,6 +20,8 @@ PROFILE_ORDER = (
     "drift_output",
     "mixed",
 )
+# Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
+PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"

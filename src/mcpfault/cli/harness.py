@@ -42,7 +42,9 @@ def add_parsers(commands: Any) -> None:
         "With no arguments: the nine stdio profiles of profiles/ x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
-        "--profiles", help="comma-separated names or .toml paths (default: the nine stdio profiles of profiles/)"
+        "--profiles",
+        help="comma-separated names or .toml paths; 'process' stands for crash_restart,stall,cpu_starve "
+        "(default: the nine stdio profiles of profiles/)",
     )
     bench.add_argument(
         "--agents",
@@ -284,6 +286,7 @@ def _bench(args: argparse.Namespace) -> int:
         DEFAULT_AGENTS,
         DEFAULT_PROFILES,
         BenchConfig,
+        expand_profile_names,
         parse_shard,
         plan_sessions,
         resolve_profile,
@@ -292,7 +295,9 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.harness.report import ReportMeta, print_model_usage, print_summary, write_report
     from mcpfault.mock.world import World
 
-    names = args.profiles.split(",") if args.profiles else list(DEFAULT_PROFILES)
+    names = (
+        expand_profile_names([n.strip() for n in args.profiles.split(",")]) if args.profiles else list(DEFAULT_PROFILES)
+    )
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
     if "llm" in agents:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpfault.analysis.records import TaskRecord, read_records
-from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER
+from mcpfault.analysis.summary import AGENT_ORDER, PROCESS_PROFILES, PROFILE_ORDER
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PROFILES = PROFILE_ORDER
 DEFAULT_AGENTS = AGENT_ORDER
+# Names that stand for several profiles in `--profiles`.
+PROFILE_GROUPS = {"process": PROCESS_PROFILES}
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
 
@@ -89,6 +91,11 @@ def profiles_dir() -> Path:
     if here.is_dir():
         return here
     return Path(__file__).resolve().parents[3] / "profiles"
+
+
+def expand_profile_names(names: Sequence[str]) -> list[str]:
+    """``--profiles`` names with each group (``process``) replaced by its profiles, in order."""
+    return [member for name in names for member in PROFILE_GROUPS.get(name, (name,))]
 
 
 def resolve_profile(name_or_path: str) -> Path:
