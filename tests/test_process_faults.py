@@ -415,3 +415,51 @@ limit = 1
             # ... and the call after that succeeds.
             assert await client.call_tool("list_sites", {})
     assert [a.method for a in client.attempts].count("initialize") == 2
+
+
+# -- behind the stdio bridge (--listen ... -- CMD) -----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_sdk_http_client_through_a_crash_and_restart_behind_the_bridge(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.2
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+after = 1
+limit = 1
+"""
+    proxy = HttpProxyProcess(write_profile(tmp_path, text), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=20) as client:
+                first = int(text_of(await client.call_tool("whoami", {})))
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("whoami", {})
+                second = int(text_of(await client.call_tool("whoami", {})))
+        assert first != second
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_without_restart_the_bridge_exits_with_the_killed_servers_status(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess
+
+    text = '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.2\ntools = ["echo"]\n'
+    proxy = HttpProxyProcess(write_profile(tmp_path, text), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=20) as client:
+                assert text_of(await client.call_tool("echo", {"text": "acted"})) == "acted"
+        assert proxy.proc.wait(20) == 137
+    finally:
+        proxy.close()

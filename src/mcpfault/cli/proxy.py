@@ -181,7 +181,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
+    upstream: Any = http.parse_upstream(args.upstream) if not command else None
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -195,8 +195,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     loaded = _proxy_profile(args)
     from mcpfault.faults.engine import rules_not_carried
 
-    # A stdio server behind the bridge is not supervised yet: process rules are named as not carried.
-    _say_not_carried(rules_not_carried(loaded, "http", owns_process=False), owns_process=False)
+    # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
+    _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
@@ -206,7 +206,16 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         transport=names.TRANSPORT_HTTP,
         attributes=attributes,
     )
-    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
+    if command:
+        server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+        upstream = StdioBridge(command, settings=loaded.server, observers=server_watchers)
+    sessions = Sessions(
+        loaded,
+        events=events,
+        observers_for=telemetry.observers_for,
+        propagate=not args.no_propagate,
+        owns_process=bool(command),
+    )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
 
@@ -217,5 +226,6 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     with _flushed_at_exit(events, telemetry):
         status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
     if not args.no_summary:
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+        supervisor = upstream.supervisor if command else None
+        summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
     return status

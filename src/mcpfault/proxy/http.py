@@ -227,6 +227,13 @@ class HttpProxy:
     async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         request = exchange.request
         answer: UpstreamAnswer
+        if upstream.process is not None and self._bridge is not None:
+            # A process fault, performed before the request goes out (a stall stops the server first).
+            if upstream.process.before_request:
+                self._bridge.going_down()
+            upstream.process.perform(self._bridge.supervisor.ops)
+            if upstream.process.before_request:
+                return await self._killed_before(exchange)
         try:
             if self._bridge is not None:
                 answer = await self._bridge.post(upstream.data)
@@ -276,6 +283,25 @@ class HttpProxy:
             self.upstream_label,
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
+
+    async def _killed_before(self, exchange: Exchange) -> web.Response:
+        """The server was killed before it saw the request: the client learns what became of the server."""
+        assert self._bridge is not None
+        await self._bridge.until_back()
+        supervisor = self._bridge.supervisor
+        if self._bridge.exit_code is None:
+            received = "server_restarted"
+            message = f"mcpfault: the MCP server restarted (now generation {supervisor.generation}) before this request"
+            data: dict[str, Any] = {"mcpfault": {"reason": received, "generation": supervisor.generation}}
+        else:
+            received = "upstream_exited"
+            message = f"mcpfault: the MCP server exited with code {self._bridge.exit_code} before this request"
+            data = {"mcpfault": {"reason": received, "exit_code": self._bridge.exit_code}}
+        body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        exchange.core.end(
+            exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
+        )
+        return web.Response(status=200, body=body, content_type="application/json")
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__

@@ -44,8 +44,10 @@ class Sessions:
         observers_for: ObserversFor,
         propagate: bool,
         max_sessions: int = MAX_SESSIONS,
+        owns_process: bool = False,
     ) -> None:
         self.profile = profile
+        self._owns_process = owns_process  # the proxy started the server (the stdio bridge): process faults fire
         self.stats = Stats()
         self.era = EraTracker()  # the last era learned, for the summary
         self._events = events
@@ -53,7 +55,7 @@ class Sessions:
         self._propagate = propagate
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._sessionless = Engine(profile, transport=HTTP)
+        self._sessionless = Engine(profile, transport=HTTP, owns_process=owns_process)
         self._sessionless_observers = observers_for(None)
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
         self._retired_injected: Counter[str] = Counter()
@@ -77,7 +79,7 @@ class Sessions:
         if found is not None:
             self._sessions.move_to_end(session_id)
             return found
-        engine = Engine(self.profile, transport=HTTP, in_session=True)
+        engine = Engine(self.profile, transport=HTTP, in_session=True, owns_process=self._owns_process)
         core = ProxyCore(
             engine,
             events=self._events,
