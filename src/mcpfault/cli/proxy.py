@@ -311,7 +311,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = EraRouter(command) if command else http.parse_upstream(args.upstream)
+    upstream: Any = http.parse_upstream(args.upstream) if not command else None
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -326,8 +326,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     loaded = _proxy_profile(args)
     from mcpfault.faults.engine import rules_not_carried
 
-    # A stdio server behind the bridge is not supervised yet: process rules are named as not carried.
-    _say_not_carried(rules_not_carried(loaded, "http", owns_process=False), owns_process=False)
+    # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
+    _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args, loaded, "http")
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
@@ -338,7 +338,16 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         attributes=attributes,
     )
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
-    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
+    if command:
+        server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+        upstream = EraRouter(command, settings=loaded.server, observers=server_watchers)
+    sessions = Sessions(
+        loaded,
+        events=events,
+        observers_for=telemetry.observers_for,
+        propagate=not args.no_propagate,
+        owns_process=bool(command),
+    )
     controller = _controller(
         args, sessions.live, transport="http", counters=sessions.counters, stats=sessions.stats, events=events
     )
@@ -347,10 +356,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
 
     def announce(url: str) -> None:
         bridge = proxy.bridge
-        if controller is not None and bridge is not None and bridge.child is not None:
-            from mcpfault.control.server import ChildControl
-
-            controller.server = ChildControl(bridge.child)
+        if controller is not None and bridge is not None:
+            controller.server = bridge.supervisor  # every era's server, as one
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
@@ -360,5 +367,6 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     with _flushed_at_exit(events, telemetry):
         status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
     if not args.no_summary:
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+        supervisor = upstream.supervisor if command else None
+        summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
     return status

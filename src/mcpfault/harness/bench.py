@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpfault.analysis.records import TaskRecord, read_records
-from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, STRESS_PROFILES
+from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PROFILES = GENTLE_PROFILES
 # Names that stand for a set of bundled profiles in ``bench --profiles``.
-PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES}
+PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES, "process": PROCESS_PROFILES}
 DEFAULT_AGENTS = AGENT_ORDER
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
@@ -101,7 +101,7 @@ class BenchResult:
 
 
 def expand_profile_names(option: str | None) -> list[str]:
-    """``--profiles``: names, paths and the set names ``gentle`` and ``stress``, in order, each once."""
+    """``--profiles``: names, paths and the set names ``gentle``, ``stress`` and ``process``, in order, each once."""
     names = [n.strip() for n in option.split(",") if n.strip()] if option else list(DEFAULT_PROFILES)
     expanded = [member for name in names for member in PROFILE_SETS.get(name, (name,))]
     return list(dict.fromkeys(expanded))

@@ -12,6 +12,7 @@ the server's spans nest under it. Without one the client builds no span and adds
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import time
 from collections import deque
@@ -82,6 +83,15 @@ class _Waiter:
     done: anyio.Event = field(default_factory=anyio.Event)
     body: dict[str, Any] | None = None
     error: CallError | None = None
+
+
+HANDSHAKE = frozenset({"initialize", "notifications/initialized", "server/discover"})
+# What servers say to a request on a session they do not know (the mock, the SDK, a proxy's 404).
+_UNKNOWN_SESSION = re.compile(r"before initiali[sz]|not initiali[sz]ed|session not found|unknown session", re.I)
+
+
+def _session_unknown(message: str) -> bool:
+    return _UNKNOWN_SESSION.search(message) is not None
 
 
 class StdioClient:
@@ -242,6 +252,11 @@ class StdioClient:
             failure = ProtocolError(code if isinstance(code, int) else 0, str(error.get("message", "")))
             attempt.error_code = failure.code
             self._finish(attempt, failure.failure, str(failure))
+            said = f"{error.get('message', '')} {error.get('data', '')}"  # the detail is often in data
+            if method not in HANDSHAKE and self.era == "legacy" and _session_unknown(said):
+                # A restarted server forgot the session: start a new one, as a real client does; the
+                # caller still gets this error and decides whether to retry.
+                await self.connect()
             raise failure
         result = waiter.body.get("result")
         if not isinstance(result, dict):

@@ -46,6 +46,7 @@ from mcpfault.proxy.http_exchange import (
     write_event,
 )
 from mcpfault.proxy.http_sessions import Sessions
+from mcpfault.proxy.http_stdio import StdioBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.upstream import UpstreamPool
 
@@ -222,9 +223,17 @@ class HttpProxy:
     async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         request = exchange.request
         answer: UpstreamAnswer
+        bridge = await self._bridge.bridge_for(upstream.data) if self._bridge is not None else None
+        if upstream.process is not None and bridge is not None:
+            # A process fault, performed before the request goes out (a stall stops the server first).
+            if upstream.process.before_request:
+                bridge.going_down()
+            upstream.process.perform(bridge.supervisor.ops)
+            if upstream.process.before_request:
+                return await self._killed_before(exchange, bridge)
         try:
-            if self._bridge is not None:
-                answer = await self._bridge.post(upstream.data)
+            if bridge is not None:
+                answer = await bridge.post(upstream.data)
             else:
                 assert self._pool is not None
                 headers = _forwarded(request.headers)
@@ -271,6 +280,24 @@ class HttpProxy:
             self.upstream_label,
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
+
+    async def _killed_before(self, exchange: Exchange, bridge: StdioBridge) -> web.Response:
+        """The server was killed before it saw the request: the client learns what became of the server."""
+        await bridge.until_back()
+        supervisor = bridge.supervisor
+        if bridge.exit_code is None:
+            received = "server_restarted"
+            message = f"mcpfault: the MCP server restarted (now generation {supervisor.generation}) before this request"
+            data: dict[str, Any] = {"mcpfault": {"reason": received, "generation": supervisor.generation}}
+        else:
+            received = "upstream_exited"
+            message = f"mcpfault: the MCP server exited with code {bridge.exit_code} before this request"
+            data = {"mcpfault": {"reason": received, "exit_code": bridge.exit_code}}
+        body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        exchange.core.end(
+            exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
+        )
+        return web.Response(status=200, body=body, content_type="application/json")
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__

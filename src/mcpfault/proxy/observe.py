@@ -20,6 +20,7 @@ from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished
+from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
     EncodedAttributes,
@@ -56,8 +57,9 @@ class _Clock:
         return int(monotonic_s * 1e9) + self._offset_ns
 
 
-class TelemetryObserver:
-    """A span per request (when there is a recorder) and the request metrics (when there is a registry)."""
+class TelemetryObserver(ServerObserver):
+    """A span per request (when there is a recorder) and the request metrics (when there is a registry);
+    the supervised server's restarts, crashes and downtime (metrics)."""
 
     def __init__(
         self,
@@ -130,6 +132,18 @@ class TelemetryObserver:
     def upstream_exited(self, exit_code: int) -> None:
         if self._metrics is not None:
             self._metrics.upstream_exited()
+
+    def server_crashed(self, cause: str, exit_status: int) -> None:
+        if self._metrics is not None:
+            self._metrics.server_crashed(cause)
+
+    def server_restarted(self, generation: int) -> None:
+        if self._metrics is not None:
+            self._metrics.server_restarted()
+
+    def server_back(self, downtime_s: float) -> None:
+        if self._metrics is not None:
+            self._metrics.server_downtime(downtime_s)
 
     def _count(self, outcome: Finished, span: SpanHandle | None) -> None:
         assert self._metrics is not None

@@ -129,7 +129,6 @@ class Supervisor:
         """Record the current generation's death; True when the transport should start the next."""
         cause = self._cause or OWN_EXIT
         self._cause = None
-        self._child_cleanup()
         requested, self._restart_requested = self._restart_requested, False
         crashed = exit_status != 0 or cause != OWN_EXIT
         if crashed and not shutting_down:
@@ -165,10 +164,6 @@ class Supervisor:
     def gave_up(self) -> None:
         """The transport ends while the server is down: the downtime so far counts."""
         self.answered()
-
-    def _child_cleanup(self) -> None:
-        if self._child is not None:
-            self._child.kill_group()  # its own children go with it
 
     # -- ServerProcessOps: what process faults act through ------------------------------------------
 

@@ -117,6 +117,23 @@ class ProxyMetrics(_Metrics):
             "Times the upstream MCP server exited or its connection closed.",
             names.UPSTREAM_EXITS_TOTAL_LABELS,
         )
+        self._restarts = self._counter(
+            names.SERVER_RESTARTS_TOTAL, "Times the proxy restarted the MCP server it supervises.", ()
+        )
+        self._crashes = self._counter(
+            names.SERVER_CRASHES_TOTAL,
+            "Deaths of the supervised MCP server, by the fault that caused them (none: it died by itself).",
+            names.SERVER_CRASHES_TOTAL_LABELS,
+        )
+        self._downtime = self._histogram(
+            names.SERVER_DOWNTIME_SECONDS,
+            "From the supervised server's crash to its first answer after the restart.",
+            (),
+            names.MCP_DURATION_BUCKETS,
+        )
+        # Every cause exported from the start (at 0), so a panel has a series before the first crash.
+        for cause in sorted(self._fault_types):
+            self._crashes.labels(cause)
         # One transport per object, so these children never change.
         self._added_child = self._added.labels(transport)
         self._in_flight_child = self._in_flight.labels(transport)
@@ -171,6 +188,15 @@ class ProxyMetrics(_Metrics):
 
     def upstream_exited(self) -> None:
         self._exits_child.inc()
+
+    def server_crashed(self, cause: str) -> None:
+        self._crashes.labels(self.fault_label(cause if cause != names.FAULT_TYPE_NONE else None)).inc()
+
+    def server_restarted(self) -> None:
+        self._restarts.inc()
+
+    def server_downtime(self, seconds: float) -> None:
+        self._downtime.observe(seconds)
 
 
 class HarnessMetrics(_Metrics):

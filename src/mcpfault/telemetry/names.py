@@ -110,6 +110,12 @@ REQUESTS_IN_FLIGHT: Final = "mcpfault_requests_in_flight"
 REQUESTS_IN_FLIGHT_LABELS: Final = (LABEL_TRANSPORT,)
 UPSTREAM_EXITS_TOTAL: Final = "mcpfault_upstream_exits_total"
 UPSTREAM_EXITS_TOTAL_LABELS: Final = (LABEL_TRANSPORT,)
+# The supervised server (proxy/supervisor.py): restarts, crashes by the fault that caused them
+# (FAULT_TYPE_NONE: it died by itself), and downtime from a crash to the first answer after restart.
+SERVER_RESTARTS_TOTAL: Final = "mcpfault_server_restarts_total"
+SERVER_CRASHES_TOTAL: Final = "mcpfault_server_crashes_total"
+SERVER_CRASHES_TOTAL_LABELS: Final = (LABEL_FAULT_TYPE,)
+SERVER_DOWNTIME_SECONDS: Final = "mcpfault_server_downtime_seconds"
 
 # --- Prometheus: the harness's metrics (run/bench), with their label names ---------------------
 TASK_OUTCOMES_TOTAL: Final = "mcpfault_task_outcomes_total"
