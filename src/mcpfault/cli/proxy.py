@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,21 @@ def add_parser(commands: Any) -> None:
         "--metrics-addr",
         metavar="HOST:PORT",
         help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
+    )
+    probe = proxy.add_argument_group(
+        "side effects", "what the server's processes did during each tool call (mcpfz-probe's sidecar protocol)"
+    )
+    probe.add_argument(
+        "--probe",
+        metavar="ebpf|fake:EVENTS.json",
+        help="watch the server with the eBPF sidecar (root, bpftrace) or replay scripted events; "
+        "a stdio server only (MCPFZ_PROBE_BIN: another sidecar)",
+    )
+    probe.add_argument(
+        "--probe-policy",
+        type=Path,
+        metavar="POLICY.toml",
+        help="allow-lists for findings (RuntimePolicy's keys; default: the profile's [probe] table)",
     )
     http = proxy.add_argument_group(
         "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
@@ -106,14 +122,56 @@ def _proxy(args: argparse.Namespace) -> int:
     events = _proxy_events(args)
     from mcpfault.proxy.setup import ProxyTelemetry
 
-    telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
-    observers = [telemetry.observer] if telemetry.observer is not None else []
+    probe = _proxy_probe(args, events)
+    try:
+        telemetry = ProxyTelemetry.start(
+            spans=args.spans,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_addr=args.metrics_addr,
+            annotate=probe.annotate if probe is not None else None,
+        )
+    except BaseException:
+        if probe is not None:
+            probe.close()
+        raise
+    observers = _with_probe(probe, telemetry)
+    observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
-    with _flushed_at_exit(events, telemetry):
-        status = anyio.run(run_stdio, command, core, Lifecycle(shutdown_timeout_s=args.shutdown_timeout))
+    lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
+    hooks = [probe.on_start] if probe is not None else []
+    with _flushed_at_exit(events, telemetry, probe):
+        status = anyio.run(functools.partial(run_stdio, command, core, lifecycle, on_start=hooks))
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status
+
+
+def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
+    """The --probe observer, started (its sidecar ready) before the server; None without --probe."""
+    if args.probe is None:
+        if args.probe_policy is not None:
+            raise UsageError("--probe-policy needs --probe ebpf or --probe fake:EVENTS.json")
+        return None
+    from mcpfault.probe import setup
+
+    try:
+        return setup.start(args.probe, policy_file=args.probe_policy, profile=args.config, events=events)
+    except BaseException:
+        if events is not None:
+            events.close()
+        raise
+
+
+def _with_probe(probe: Any, telemetry: Any) -> list[Any]:
+    """The probe observes first: its window closes, and its report is due, before the span is written."""
+    if probe is None:
+        return []
+    if telemetry.recorder is not None:
+        probe.enable_annotations()
+    probe.attach_metrics(telemetry.metrics)
+    return [probe]
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -136,11 +194,13 @@ def _proxy_events(args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any) -> Iterator[None]:
+def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator[None]:
     """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
     try:
         yield
     finally:
+        if probe is not None:
+            probe.close()  # first: its last reports go to the events and the spans
         if events is not None:
             events.close()
         telemetry.close()
@@ -168,7 +228,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = StdioBridge(command) if command else http.parse_upstream(args.upstream)
+    if args.probe is not None and not command:
+        raise UsageError("--probe watches a stdio server's processes: give its command after '--', not --upstream")
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -181,15 +242,30 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         )
     loaded = _proxy_profile(args)
     events = _proxy_events(args)
+    probe = _proxy_probe(args, events)
+    hooks = [probe.on_start] if probe is not None else []
+    upstream: Any = StdioBridge(command, on_start=hooks) if command else http.parse_upstream(args.upstream)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
-    telemetry = ProxyTelemetry.start(
-        spans=args.spans,
-        otlp_endpoint=args.otlp_endpoint,
-        metrics_addr=args.metrics_addr,
-        transport=names.TRANSPORT_HTTP,
-        attributes=attributes,
+    try:
+        telemetry = ProxyTelemetry.start(
+            spans=args.spans,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_addr=args.metrics_addr,
+            transport=names.TRANSPORT_HTTP,
+            attributes=attributes,
+            annotate=probe.annotate if probe is not None else None,
+        )
+    except BaseException:
+        if probe is not None:
+            probe.close()
+        raise
+    probed = _with_probe(probe, telemetry)
+    sessions = Sessions(
+        loaded,
+        events=events,
+        observers_for=lambda session_id: [*probed, *telemetry.observers_for(session_id)],
+        propagate=not args.no_propagate,
     )
-    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
 
@@ -197,8 +273,10 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
-    with _flushed_at_exit(events, telemetry):
+    with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
     if not args.no_summary:
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status

@@ -22,7 +22,7 @@ from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit")
-TOP_LEVEL_KEYS = ("name", "seed", "description", "faults")
+TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "probe")  # [probe]: read by probe/policy.py
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !
 _GLOB_CHARS = re.compile(r"^[A-Za-z0-9_.\-/*?\[\]!]+$")
 

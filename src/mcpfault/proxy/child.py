@@ -23,10 +23,19 @@ class ChildProcess:
         self._popen = popen
 
     @classmethod
-    def start(cls, command: Sequence[str]) -> ChildProcess:
-        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through)."""
+    def start(cls, command: Sequence[str], *, own_group: bool = False) -> ChildProcess:
+        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through).
+
+        ``own_group``: in a process group of its own (its pid is the group's id), so what watches the
+        server's processes (the side-effect probe) sees them and never the proxy's."""
         try:
-            popen = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            popen = subprocess.Popen(
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+                process_group=0 if own_group else None,
+            )
         except FileNotFoundError:
             raise UpstreamError(
                 f"cannot start the MCP server: {command[0]!r} was not found; check the command after '--' "

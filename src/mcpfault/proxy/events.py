@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -21,10 +22,13 @@ class JsonlEventSink:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] = path.open("w", encoding="utf-8")
+        self._lock = threading.Lock()  # the side-effect probe writes from its own thread
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n")
-        self._file.flush()
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()

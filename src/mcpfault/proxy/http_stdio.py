@@ -29,7 +29,7 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
 from mcpfault.proxy.child import ChildProcess
-from mcpfault.proxy.stdio import exit_status
+from mcpfault.proxy.stdio import StartHook, exit_status
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -76,8 +76,11 @@ class BridgeAnswer:
 
 
 class StdioBridge:
-    def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, command: Sequence[str], *, kill_timeout_s: float = 5.0, on_start: Sequence[StartHook] = ()
+    ) -> None:
         self._command = list(command)
+        self._on_start = tuple(on_start)
         self._kill_timeout_s = kill_timeout_s
         self._child: ChildProcess | None = None
         self._stdin: asyncio.StreamWriter | None = None
@@ -92,7 +95,9 @@ class StdioBridge:
 
     async def start(self) -> None:
         """Start the server (the stdio transport's ChildProcess: the same errors, the same lifecycle)."""
-        self._child = ChildProcess.start(self._command)
+        self._child = ChildProcess.start(self._command, own_group=bool(self._on_start))
+        for hook in self._on_start:
+            hook(self._child.pid, self._child.pid, 1)
         stdin_fd, stdout_fd = self._child.take_pipes()
         loop = asyncio.get_running_loop()
         self._stdout = asyncio.StreamReader(limit=MAX_LINE_BYTES)

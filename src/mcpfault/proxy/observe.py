@@ -10,7 +10,7 @@ spans nest under it (``--no-propagate`` keeps the bytes as they were).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -19,7 +19,7 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder, parse_traceparent
+from mcpfault.telemetry.fastspans import Ending, Event, SpanHandle, SpanRecorder, parse_traceparent
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.tracing import span_name
 
@@ -32,6 +32,12 @@ _FAULT_EVENTS = {
     "schema_drift": names.EVENT_DRIFT,
     "first_byte_latency": names.EVENT_DELAY,
 }
+
+
+# More for a request's span from another observer (the side-effect probe): attributes and events.
+# Called on the span writer's thread, so it may wait a little for what it adds.
+Annotation = tuple[dict[str, Any], list[Event]]
+Annotate = Callable[[Finished], Annotation | None]
 
 
 # What a client of an HTTP proxy can receive instead of an answer; each is its own error.type.
@@ -58,8 +64,10 @@ class TelemetryObserver:
         *,
         transport: str = names.NETWORK_TRANSPORT_PIPE,
         attributes: Mapping[str, Any] | None = None,
+        annotate: Annotate | None = None,
     ) -> None:
         self._recorder = recorder
+        self._annotate = annotate
         self._metrics = metrics
         self._transport = transport
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
@@ -165,6 +173,11 @@ class TelemetryObserver:
                 if outcome.delay_s:
                     details["mcpfault.delay_s"] = outcome.delay_s
                 events.append((event, self._clock.unix_ns(outcome.finished), details))
+        if self._annotate is not None:
+            extra = self._annotate(outcome)
+            if extra is not None:
+                attributes.update(extra[0])
+                events.extend(extra[1])
         error: tuple[str] | None = None
         error_type = _error_type(outcome)
         if error_type is not None:

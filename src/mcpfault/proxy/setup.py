@@ -22,7 +22,8 @@ class ProxyTelemetry:
     observer: Any = None  # a proxy.observe.TelemetryObserver, or None: the core observes nothing
     recorder: Any = None
     server: Any = None
-    _observer_args: tuple[Any, str, dict[str, Any]] = (None, "", {})
+    metrics: Any = None  # the telemetry.metrics.ProxyMetrics behind /metrics, or None
+    _observer_args: tuple[Any, str, dict[str, Any], Any] = (None, "", {}, None)
 
     @classmethod
     def start(
@@ -33,6 +34,7 @@ class ProxyTelemetry:
         metrics_addr: str | None,
         transport: str = "stdio",
         attributes: Mapping[str, Any] | None = None,
+        annotate: Any = None,  # a proxy.observe.Annotate: more for each span (the side-effect probe's)
     ) -> ProxyTelemetry:
         traced = (
             spans is not None or otlp_endpoint is not None or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES)
@@ -67,8 +69,12 @@ class ProxyTelemetry:
             except (ValueError, OSError) as exc:
                 raise UsageError(f"--metrics-addr {metrics_addr}: {exc}") from None
         network = names.NETWORK_TRANSPORT_TCP if transport == "http" else names.NETWORK_TRANSPORT_PIPE
-        result.observer = TelemetryObserver(result.recorder, proxy_metrics, transport=network, attributes=attributes)
-        result._observer_args = (proxy_metrics, network, dict(attributes or {}))
+        result.metrics = proxy_metrics
+        annotate = annotate if result.recorder is not None else None
+        result.observer = TelemetryObserver(
+            result.recorder, proxy_metrics, transport=network, attributes=attributes, annotate=annotate
+        )
+        result._observer_args = (proxy_metrics, network, dict(attributes or {}), annotate)
         return result
 
     def observers_for(self, session_id: str | None) -> list[Any]:
@@ -80,9 +86,11 @@ class ProxyTelemetry:
         from mcpfault.proxy.observe import TelemetryObserver
         from mcpfault.telemetry import names
 
-        proxy_metrics, network, attributes = self._observer_args
+        proxy_metrics, network, attributes, annotate = self._observer_args
         attributes = {**attributes, names.MCP_SESSION_ID: session_id}
-        return [TelemetryObserver(self.recorder, proxy_metrics, transport=network, attributes=attributes)]
+        return [
+            TelemetryObserver(self.recorder, proxy_metrics, transport=network, attributes=attributes, annotate=annotate)
+        ]
 
     def close(self) -> None:
         if self.recorder is not None:

@@ -224,6 +224,10 @@ class StdioProxy:
             await self._write(emits)
 
 
+# Called with (pid, pgid, generation) each time the server starts (generation 1 for the first start).
+StartHook = Callable[[int, int, int], None]
+
+
 async def run_stdio(
     command: Sequence[str],
     core: ProxyCore,
@@ -231,10 +235,13 @@ async def run_stdio(
     *,
     stdin_fd: int = 0,
     stdout_fd: int = 1,
+    on_start: Sequence[StartHook] = (),
 ) -> int:
     """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status."""
-    server = ChildProcess.start(command)
+    server = ChildProcess.start(command, own_group=bool(on_start))
     try:
+        for hook in on_start:
+            hook(server.pid, server.pid, 1)
         return await StdioProxy(core, server, lifecycle).run(stdin_fd, stdout_fd)
     finally:
         server.kill()
