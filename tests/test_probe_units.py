@@ -53,9 +53,11 @@ def test_bpftrace_lines_become_protocol_events() -> None:
         "pid": 7,
         "comm": "sh",
     }
-    assert ebpf.to_event("N6", 7, ["py", "connect", "::1", "8080"])["dst"] == "[::1]:8080"
-    assert ebpf.to_event("N", 7, ["py", "sendto", "10.0.0.1", "53"])["proto"] == "udp"
-    assert ebpf.to_event("C", 7, ["py", "-100", str(0o104755), "/x"])["mode"] == "4755"
+    v6 = ebpf.to_event("N6", 7, ["py", "connect", "::1", "8080"])
+    udp = ebpf.to_event("N", 7, ["py", "sendto", "10.0.0.1", "53"])
+    chmod = ebpf.to_event("C", 7, ["py", "-100", str(0o104755), "/x"])
+    assert v6 is not None and udp is not None and chmod is not None
+    assert (v6["dst"], udp["proto"], chmod["mode"]) == ("[::1]:8080", "udp", "4755")
     assert ebpf.to_event("O", 7, ["py", "-100", "0", ""]) is None  # a name not paged in: nothing to judge
 
 
