@@ -128,3 +128,47 @@ def test_no_privileges_is_one_clear_line_and_exit_2() -> None:
     done = run_sidecar({}, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "needs root, or CAP_BPF and CAP_PERFMON" in done.stderr
+
+
+def test_a_server_restart_rescopes_the_sidecar_to_the_new_process_tree(tmp_path: Path) -> None:
+    """What the proxy does on each (re)start: scope(pgid, generation); the old tree drops out in the kernel."""
+    from mcpfault.probe.monitor import ProbeMonitor
+
+    monitor = ProbeMonitor(SIDECAR)
+    actors: list[subprocess.Popen[str]] = []
+
+    def spawn() -> subprocess.Popen[str]:
+        actor = subprocess.Popen(
+            [sys.executable, "-c", ACTOR, str(tmp_path), "9"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            process_group=0,
+        )
+        actors.append(actor)
+        return actor
+
+    def act(actor: subprocess.Popen[str], call_id: str) -> list[str]:
+        assert monitor.begin(call_id, "shell")
+        assert actor.stdin is not None and actor.stdout is not None
+        actor.stdin.write("shell\n")
+        actor.stdin.flush()
+        assert actor.stdout.readline() == "done\n"
+        assert monitor.mark_end(call_id)
+        summary, confirmed = monitor.collect(call_id)
+        assert confirmed
+        return [e.type for e in summary.events if e.type != "status"]
+
+    try:
+        assert monitor.start_and_wait()["backend"] == "ebpf"
+        first = spawn()
+        assert monitor.scope(first.pid, 1)
+        assert "exec" in act(first, "gen1")
+        second = spawn()  # the "restarted" server
+        assert monitor.scope(second.pid, 2)
+        assert act(first, "old-tree") == []  # the first generation's processes are out of scope now
+        assert "exec" in act(second, "gen2")
+    finally:
+        for actor in actors:
+            actor.communicate(timeout=10)
+        monitor.close()
