@@ -120,21 +120,9 @@ def _proxy(args: argparse.Namespace) -> int:
     for rule in rules_not_carried(loaded, "stdio"):
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) acts on HTTP only; not here", file=sys.stderr)
     events = _proxy_events(args)
-    from mcpfault.proxy.setup import ProxyTelemetry
 
     probe = _proxy_probe(args, events)
-    try:
-        telemetry = ProxyTelemetry.start(
-            spans=args.spans,
-            otlp_endpoint=args.otlp_endpoint,
-            metrics_addr=args.metrics_addr,
-            annotate=probe.annotate if probe is not None else None,
-        )
-    except BaseException:
-        if probe is not None:
-            probe.close()
-        raise
-    observers = _with_probe(probe, telemetry)
+    telemetry, observers = _telemetry(args, probe)
     observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
@@ -164,14 +152,29 @@ def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
         raise
 
 
-def _with_probe(probe: Any, telemetry: Any) -> list[Any]:
-    """The probe observes first: its window closes, and its report is due, before the span is written."""
+def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[Any, list[Any]]:
+    """Spans and metrics (the probe's report joins each span), and the probe as the first observer:
+    its window closes, and its report is due, before the span is written."""
+    from mcpfault.proxy.setup import ProxyTelemetry
+
+    try:
+        telemetry = ProxyTelemetry.start(
+            spans=args.spans,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_addr=args.metrics_addr,
+            annotate=probe.annotate if probe is not None else None,
+            **options,
+        )
+    except BaseException:
+        if probe is not None:
+            probe.close()
+        raise
     if probe is None:
-        return []
+        return telemetry, []
     if telemetry.recorder is not None:
         probe.enable_annotations()
     probe.attach_metrics(telemetry.metrics)
-    return [probe]
+    return telemetry, [probe]
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -215,7 +218,6 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
     from mcpfault.proxy.http_stdio import StdioBridge
-    from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
     if args.listen is None:
@@ -246,20 +248,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     hooks = [probe.on_start] if probe is not None else []
     upstream: Any = StdioBridge(command, on_start=hooks) if command else http.parse_upstream(args.upstream)
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
-    try:
-        telemetry = ProxyTelemetry.start(
-            spans=args.spans,
-            otlp_endpoint=args.otlp_endpoint,
-            metrics_addr=args.metrics_addr,
-            transport=names.TRANSPORT_HTTP,
-            attributes=attributes,
-            annotate=probe.annotate if probe is not None else None,
-        )
-    except BaseException:
-        if probe is not None:
-            probe.close()
-        raise
-    probed = _with_probe(probe, telemetry)
+    telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
     sessions = Sessions(
         loaded,
         events=events,
