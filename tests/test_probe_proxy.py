@@ -326,3 +326,41 @@ def test_the_sidecar_is_scoped_before_the_first_call(tmp_path: Path) -> None:
     run_client(world.params(f"fake:{script}", world.policy()), world.stderr, calls)
     assert time.monotonic() - started < 60
     assert "side effects outside any tool call: 1" in world.stderr.read_text()
+
+
+DYING_SIDECAR = """
+import json, sys
+print(json.dumps({"type": "status", "message": "ready", "bucket": "startup"}), flush=True)
+for line in sys.stdin:
+    control = json.loads(line)
+    if control.get("phase") == "begin" and control["call_id"].startswith("2:"):
+        print("this is not JSON", flush=True)
+        sys.exit(3)  # dies during the second tool call
+    if control["op"] == "scope":
+        print(json.dumps({"type": "status", "message": "scope", "bucket": "ambient", **control}), flush=True)
+    elif control["op"] == "mark":
+        print(json.dumps({"type": "status", "message": control["phase"], "bucket": "call", "call_id": control["call_id"]}), flush=True)
+"""
+
+
+def test_a_sidecar_that_dies_costs_the_client_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sidecar = tmp_path / "dying_sidecar.py"
+    sidecar.write_text(DYING_SIDECAR)
+    monkeypatch.setenv("MCPFZ_PROBE_BIN", f"{sys.executable} {sidecar}")
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    world = World(tmp_path / "w")
+    answers: list[str] = []
+
+    async def calls(client: Client) -> None:
+        for text in ("one", "two", "three"):
+            result = await client.call_tool("echo", {"text": text})
+            answers.append(result.structured_content["result"])
+
+    started = time.monotonic()
+    run_client(world.params(f"fake:{script}", world.policy()), world.stderr, calls)
+    assert answers == ["one", "two", "three"]
+    assert time.monotonic() - started < 60
+    confirmed = [r["probe_confirmed"] for r in world.reports()]
+    assert confirmed == [True, False, False]
+    assert "the probe sidecar is gone" in world.stderr.read_text()

@@ -83,3 +83,15 @@ def test_windows_attribute_by_time_and_overlaps_are_ambiguous() -> None:
     windows.close("a")
     windows.close("b")
     assert windows.attribute({}, 40) == {"bucket": "ambient"}
+
+
+def test_a_profiles_probe_table_is_the_policy_and_the_profile_still_loads(tmp_path: Path) -> None:
+    from mcpfault.faults import profile
+
+    path = tmp_path / "profile.toml"
+    path.write_text('name = "p"\n[probe]\nexec_allow = ["/bin/sh"]\n\n[[faults]]\ntype = "latency"\ndelay_s = 0.1\n')
+    assert profile.load(path).name == "p"
+    loaded = policy.from_profile(path)
+    assert loaded is not None and loaded.exec_allow == ("/bin/sh",)
+    path.write_text('name = "p"\n')
+    assert policy.from_profile(path) is None
