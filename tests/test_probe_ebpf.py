@@ -172,3 +172,33 @@ def test_a_server_restart_rescopes_the_sidecar_to_the_new_process_tree(tmp_path:
         for actor in actors:
             actor.communicate(timeout=10)
         monitor.close()
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_bpftrace_never_outlives_the_sidecar(how: str) -> None:
+    """mcpfz_probe's stop() sends shutdown and SIGTERM at once; a SIGKILLed sidecar takes bpftrace along too."""
+    monitor = SidecarRuntimeMonitor(SIDECAR)
+    monitor.start()
+    try:
+        wait_ready(monitor)
+        sidecar = monitor._process
+        (bpftrace,) = children(sidecar.pid)
+        assert "bpftrace" in Path(f"/proc/{bpftrace}/cmdline").read_text()
+        if how == "kill":
+            sidecar.kill()
+    finally:
+        monitor.stop()
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{bpftrace}").exists():
+        status = Path(f"/proc/{bpftrace}/status").read_text() if Path(f"/proc/{bpftrace}").exists() else ""
+        if "State:\tZ" in status:
+            break
+        assert time.monotonic() < deadline, "bpftrace outlived its sidecar"
+        time.sleep(0.1)
