@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from mcpfz_probe import SidecarRuntimeMonitor
 
+pytestmark = pytest.mark.slow  # real sidecars, bpftrace attaching for seconds
+
 SIDECAR = [sys.executable, "-m", "mcpfault", "probe-sidecar", "--backend", "ebpf"]
 
 ACTOR = """

@@ -23,6 +23,8 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 
+pytestmark = pytest.mark.slow  # real sidecars, bpftrace attaching for seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, str(ROOT / "tests" / "servers" / "unsafe_server.py")]
 NO_FAULTS = 'name = "none"\n'
