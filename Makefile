@@ -22,12 +22,17 @@ lint: $(STAMP)
 
 # Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics.
 TRACED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary --spans /tmp/mcpfault-bench-spans.jsonl
+# The side-effect probe's cost (added p50 with --probe on): the fake sidecar, and eBPF when root.
+PROBED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary
 bench: $(STAMP)
 	rm -f /tmp/mcpfault-bench-spans.jsonl
 	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md \
 		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py" \
-		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py"
+		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py" \
+		--config "mcpfault-probe-fake=$(PROBED) --probe fake:benchmarks/probe_events.json -- $(BIN)/python benchmarks/echo_server.py" \
+		$(if $(filter 0,$(shell id -u)),--config "mcpfault-probe-ebpf=$(PROBED) --probe ebpf -- $(BIN)/python benchmarks/echo_server.py") \
+		--timeout 60
 	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
 	$(BIN)/python benchmarks/memory.py
 

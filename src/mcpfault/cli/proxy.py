@@ -79,6 +79,21 @@ def add_parser(commands: Any) -> None:
         help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
         "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
     )
+    probe = proxy.add_argument_group(
+        "side effects", "what the server's processes did during each tool call (mcpfz-probe's sidecar protocol)"
+    )
+    probe.add_argument(
+        "--probe",
+        metavar="ebpf|fake:EVENTS.json",
+        help="watch the server with the eBPF sidecar (root, bpftrace) or replay scripted events; "
+        "a stdio server only (MCPFZ_PROBE_BIN: another sidecar)",
+    )
+    probe.add_argument(
+        "--probe-policy",
+        type=Path,
+        metavar="POLICY.toml",
+        help="allow-lists for findings (RuntimePolicy's keys; default: the profile's [probe] table)",
+    )
     http = proxy.add_argument_group(
         "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
     )
@@ -133,14 +148,15 @@ def _proxy(args: argparse.Namespace) -> int:
     engine = Engine(loaded, live=live)
     _say_not_carried(rules_not_carried(loaded, "stdio"), owns_process=True)
     events = _proxy_events(args, loaded, "stdio")
-    from mcpfault.proxy.setup import ProxyTelemetry
-
-    telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
+    probe = _proxy_probe(args, events)
+    telemetry, observers = _telemetry(args, probe)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
-    observers = [telemetry.observer] if telemetry.observer is not None else []
+    observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
     supervisor = Supervisor(command, loaded.server, observers=server_observers(core))
+    if probe is not None:
+        supervisor.start_hooks.append(probe.on_start)  # the sidecar is scoped to every generation
     if controller is not None:
         controller.server = supervisor  # crash, stall and restart through the control API
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
@@ -148,10 +164,12 @@ def _proxy(args: argparse.Namespace) -> int:
     async def relay() -> int:
         return await run_stdio(command, core, lifecycle, supervisor=supervisor)
 
-    with _flushed_at_exit(events, telemetry):
+    with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(_with_control, args, controller, relay)
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status
 
 
@@ -213,6 +231,47 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     for idle in report.idle:
         console.print(f"rule {idle.rule.name!r} matches nothing: {idle.why_none}")
     return EXIT_CHECK_FAILED if report.idle else EXIT_OK
+
+
+def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
+    """The --probe observer, started (its sidecar ready) before the server; None without --probe."""
+    if args.probe is None:
+        if args.probe_policy is not None:
+            raise UsageError("--probe-policy needs --probe ebpf or --probe fake:EVENTS.json")
+        return None
+    from mcpfault.probe import setup
+
+    try:
+        return setup.start(args.probe, policy_file=args.probe_policy, profile=args.config, events=events)
+    except BaseException:
+        if events is not None:
+            events.close()
+        raise
+
+
+def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[Any, list[Any]]:
+    """Spans and metrics (the probe's report joins each span), and the probe as the first observer:
+    its window closes, and its report is due, before the span is written."""
+    from mcpfault.proxy.setup import ProxyTelemetry
+
+    try:
+        telemetry = ProxyTelemetry.start(
+            spans=args.spans,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_addr=args.metrics_addr,
+            annotate=probe.annotate if probe is not None else None,
+            **options,
+        )
+    except BaseException:
+        if probe is not None:
+            probe.close()
+        raise
+    if probe is None:
+        return telemetry, []
+    if telemetry.recorder is not None:
+        probe.enable_annotations()
+    probe.attach_metrics(telemetry.metrics)
+    return telemetry, [probe]
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -279,11 +338,13 @@ async def _with_control(args: argparse.Namespace, controller: Any, body: Callabl
 
 
 @contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any) -> Iterator[None]:
+def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator[None]:
     """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
     try:
         yield
     finally:
+        if probe is not None:
+            probe.close()  # first: its last reports go to the events and the spans
         if events is not None:
             events.close()
         telemetry.close()
@@ -298,7 +359,6 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
     from mcpfault.proxy.http_stdio_eras import EraRouter
-    from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
     if args.listen is None:
@@ -312,6 +372,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             "or a stdio server command after '--'"
         )
     upstream: Any = http.parse_upstream(args.upstream) if not command else None
+    if args.probe is not None and not command:
+        raise UsageError("--probe watches a stdio server's processes: give its command after '--', not --upstream")
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -329,22 +391,18 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
     _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args, loaded, "http")
+    probe = _proxy_probe(args, events)
+    hooks = [probe.on_start] if probe is not None else []
     attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
-    telemetry = ProxyTelemetry.start(
-        spans=args.spans,
-        otlp_endpoint=args.otlp_endpoint,
-        metrics_addr=args.metrics_addr,
-        transport=names.TRANSPORT_HTTP,
-        attributes=attributes,
-    )
+    telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     if command:
         server_watchers = [telemetry.observer] if telemetry.observer is not None else []
-        upstream = EraRouter(command, settings=loaded.server, observers=server_watchers)
+        upstream = EraRouter(command, settings=loaded.server, observers=server_watchers, on_start=hooks)
     sessions = Sessions(
         loaded,
         events=events,
-        observers_for=telemetry.observers_for,
+        observers_for=lambda session_id: [*probed, *telemetry.observers_for(session_id)],
         propagate=not args.no_propagate,
         owns_process=bool(command),
     )
@@ -364,9 +422,11 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     async def relay() -> int:
         return await http.serve(proxy, listen, announce)
 
-    with _flushed_at_exit(events, telemetry):
+    with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
     if not args.no_summary:
         supervisor = upstream.supervisor if command else None
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status

@@ -28,7 +28,9 @@ class ChildProcess:
 
     @classmethod
     def start(cls, command: Sequence[str]) -> ChildProcess:
-        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through)."""
+        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through),
+        in a process group of its own (its pid is the group's id): its children end with it, and what
+        watches the server's processes (the side-effect probe) sees them and never the proxy's."""
         try:
             popen = subprocess.Popen(
                 list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, process_group=0

@@ -36,7 +36,7 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.stdio import exit_status
-from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
+from mcpfault.proxy.supervisor import Later, ServerObserver, StartHook, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -90,10 +90,12 @@ class StdioBridge:
         kill_timeout_s: float = 5.0,
         settings: ServerSettings | None = None,
         observers: Sequence[ServerObserver] = (),
+        on_start: Sequence[StartHook] = (),
     ) -> None:
         self._command = list(command)
         self._kill_timeout_s = kill_timeout_s
         self.supervisor = Supervisor(command, settings, observers=observers)
+        self.supervisor.start_hooks.extend(on_start)  # told (pid, pgid, generation) at every (re)start
         self._stdin: asyncio.StreamWriter | None = None
         self._stdout: asyncio.StreamReader | None = None
         self._ids = itertools.count(1)

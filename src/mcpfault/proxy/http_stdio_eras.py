@@ -25,7 +25,7 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
-from mcpfault.proxy.supervisor import ServerObserver, Supervisor
+from mcpfault.proxy.supervisor import ServerObserver, StartHook, Supervisor
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
 
@@ -38,8 +38,10 @@ class EraRouter:
         kill_timeout_s: float = 5.0,
         settings: ServerSettings | None = None,
         observers: Sequence[ServerObserver] = (),
+        on_start: Sequence[StartHook] = (),
     ) -> None:
         self._command = list(command)
+        self._on_start = tuple(on_start)
         self._kill_timeout_s = kill_timeout_s
         self._settings = settings
         self._observers = tuple(observers)

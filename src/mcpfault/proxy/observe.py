@@ -10,7 +10,7 @@ spans nest under it (``--no-propagate`` keeps the bytes as they were).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -25,6 +25,7 @@ from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
     EncodedAttributes,
     Ending,
+    Event,
     SharedAttributes,
     SpanHandle,
     SpanRecorder,
@@ -41,6 +42,12 @@ _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
 
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]
 _MAX_ENDINGS = 4096
+
+# More for a request's span from another observer (the side-effect probe): attributes and events.
+# Called on the span writer's thread, so it may wait a little for what it adds.
+Annotation = tuple[dict[str, Any], list[Event]]
+Annotate = Callable[[Finished], Annotation | None]
+
 
 # What the HTTP transport itself can give a client instead of an answer; each is its own error.type
 # (as is what an HTTP fault gives: its behaviour's ``received``).
@@ -70,8 +77,10 @@ class TelemetryObserver(ServerObserver):
         attributes: Mapping[str, Any] | None = None,
         propagate: bool = True,
         session_id: str | None = None,
+        annotate: Annotate | None = None,
     ) -> None:
         self._recorder = recorder
+        self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
         # mcp.session.id on 2026-07-28 traffic, which has no sessions.
@@ -203,6 +212,12 @@ class TelemetryObserver(ServerObserver):
             if change.rule is not None:
                 note[names.FAULT_RULE] = change.rule
             events.append((names.EVENT_CONTROL, self._clock.unix_ns(outcome.started), note))
+        if self._annotate is not None:
+            extra = self._annotate(outcome)
+            if extra is not None:
+                if extra[0]:
+                    attributes = EncodedAttributes([*attributes, *encode_attributes(extra[0])])
+                events.extend(extra[1])
         # The client gets the answer after any injected delay: that is when the request ends for it.
         return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
 

@@ -199,6 +199,45 @@ class ProxyMetrics(_Metrics):
         self._downtime.observe(seconds)
 
 
+class SideEffectMetrics(_Metrics):
+    """What the server's processes did during tool calls (``--probe``), beside the proxy's metrics.
+
+    ``types`` and ``categories`` are the allowed label values (the probe protocol's event types and
+    the policy's finding categories); anything else is ``_OTHER``: a sidecar must not mint series.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, types: Iterable[str], categories: Iterable[str]) -> None:
+        super().__init__(registry)
+        self._types = frozenset(types)
+        self._categories = frozenset(categories)
+        self._side_effects = self._counter(
+            names.SIDE_EFFECTS_TOTAL,
+            "Side effects of the server's processes during tool calls, by type.",
+            names.SIDE_EFFECTS_TOTAL_LABELS,
+        )
+        self._findings = self._counter(
+            names.FINDINGS_TOTAL,
+            "Policy findings on those side effects, by category and severity.",
+            names.FINDINGS_TOTAL_LABELS,
+        )
+        self._duplicates = self._counter(
+            names.DUPLICATE_SIDE_EFFECTS_TOTAL,
+            "Tool calls repeated after a lost response on which the server acted again.",
+            (),
+        )
+
+    def side_effect(self, kind: str, trace_id_hex: str | None = None) -> None:
+        self._side_effects.labels(kind if kind in self._types else names.OTHER).inc(1, _exemplar(trace_id_hex))
+
+    def finding(self, category: str, severity: str, trace_id_hex: str | None = None) -> None:
+        category = category if category in self._categories else names.OTHER
+        severity = severity if severity in names.FINDING_SEVERITIES else names.OTHER
+        self._findings.labels(category, severity).inc(1, _exemplar(trace_id_hex))
+
+    def duplicate_side_effect(self, trace_id_hex: str | None = None) -> None:
+        self._duplicates.inc(1, _exemplar(trace_id_hex))
+
+
 class HarnessMetrics(_Metrics):
     """Outcomes of `run`/`bench` tasks; pushed to a Pushgateway since a run ends before any scrape.
 
