@@ -73,18 +73,18 @@ def test_the_committed_reference_is_the_default_matrix():
     assert len({key[:2] for key in reference}) == 27
 
 
-@pytest.mark.slow
-def test_bench_cpu_reports_the_whole_tree_by_role_and_checks_outcomes(tmp_path):
+def bench_cpu(tmp_path: Path, name: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """bench_cpu.py on a small matrix: one cell, two sessions of two tasks."""
     small = ["--", "--profiles", "error", "--agents", "retry-only", "--tasks", "4", "--session-tasks", "2"]
     script = str(ROOT / "benchmarks" / "bench_cpu.py")
-    out = tmp_path / "out"
-    first = subprocess.run(
-        [sys.executable, script, "--out", str(out), "--write-reference", str(tmp_path / "ref.jsonl"), *small],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    command = [sys.executable, script, "--out", str(tmp_path / name), *options, *small]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+def test_bench_cpu_reports_the_whole_tree_by_role_and_checks_outcomes(tmp_path):
+    reference = tmp_path / "ref.jsonl"
+    first = bench_cpu(tmp_path, "first", "--write-reference", str(reference))
     assert first.returncode == 0, first.stderr
     assert "run 1: 4 tasks" in first.stdout
     row = next(line for line in first.stdout.splitlines() if line.startswith("| 1 |"))
@@ -92,25 +92,13 @@ def test_bench_cpu_reports_the_whole_tree_by_role_and_checks_outcomes(tmp_path):
     assert "(1, " in row and "(2, " in row
     header = next(line for line in first.stdout.splitlines() if line.startswith("| run |"))
     assert all(role in header for role in ("bench", "proxy", "mock-server"))
-    again = subprocess.run(
-        [sys.executable, script, "--out", str(tmp_path / "again"), "--expect", str(tmp_path / "ref.jsonl"), *small],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    again = bench_cpu(tmp_path, "again", "--expect", str(reference))
     assert again.returncode == 0, again.stderr
     assert "outcomes identical" in again.stdout
     tampered = tmp_path / "tampered.jsonl"
-    rows = [json.loads(line) for line in (tmp_path / "ref.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in reference.read_text().splitlines()]
     rows[0]["attempts"] += 1
     write(tampered, rows)
-    wrong = subprocess.run(
-        [sys.executable, script, "--out", str(tmp_path / "wrong"), "--expect", str(tampered), *small],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    wrong = bench_cpu(tmp_path, "wrong", "--expect", str(tampered))
     assert wrong.returncode == 1
     assert "1 tasks differ" in wrong.stderr

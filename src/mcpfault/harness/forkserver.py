@@ -33,9 +33,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import IO, Any, Final, NoReturn, Self
 
 import anyio
@@ -279,7 +278,7 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """The harness's handle on the fork server: ``async with ForkServer.open() as server: await server.spawn(cmd)``."""
+    """The harness's side: ``async with ForkServer.open() as server: await server.spawn(command)``."""
 
     def __init__(self, process: subprocess.Popen[bytes], control: socket.socket) -> None:
         self._process = process
@@ -288,10 +287,11 @@ class ForkServer:
         self._started: dict[int, tuple[anyio.Event, list[int]]] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}  # exits that arrived before their pid was handed out
-        self._tg: anyio.abc.TaskGroup | None = None
 
     @classmethod
-    def open(cls) -> ForkServer:
+    @contextlib.asynccontextmanager
+    async def open(cls) -> AsyncIterator[ForkServer]:
+        """Start the fork server; on leaving, it ends the children still running and exits."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             process = subprocess.Popen(
@@ -301,23 +301,25 @@ class ForkServer:
                 stdout=subprocess.DEVNULL,
             )
         ours.setblocking(False)
-        return cls(process, ours)
+        server = cls(process, ours)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server._read)
+                try:
+                    yield server
+                finally:
+                    ours.close()  # the server's cue to end its children and exit
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(server._reap)
 
-    async def __aenter__(self) -> Self:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._read)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._tg is not None
-        self._control.close()  # the server's cue to end its children and exit
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._process.wait)
+    def _reap(self) -> None:
+        try:
+            self._process.wait(timeout=STOP_GRACE_S + 5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
     async def spawn(self, command: Sequence[str], stderr: IO[bytes] | int | None = None) -> ForkedProcess:
         """Run ``command`` (``<python> -m mcpfault ...``, see ``forkable``) in a fork, stdin and stdout piped."""
