@@ -49,6 +49,7 @@ def test_only_our_own_command_is_forkable():
 def test_a_forked_proxy_relays_and_exits_like_an_execd_one(tmp_path):
     async def main() -> tuple[Any, ...]:
         async with ForkServer.open() as server:
+            assert server is not None  # Linux: fork, pidfds and SCM_RIGHTS are all there
             client = StdioClient(proxy("--no-summary", "--", *MOCK), launcher=server)
             async with client:
                 assert client._process is not None
@@ -71,6 +72,7 @@ def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
 
     async def main() -> int:
         async with ForkServer.open() as server:
+            assert server is not None
             with log.open("wb") as stderr:
                 process = await server.spawn([PYTHON, "-m", "mcpfault", "proxy", "--config", "missing.toml"], stderr)
                 code = await process.wait()
@@ -84,6 +86,7 @@ def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
 def test_closing_the_server_ends_a_proxy_still_running(tmp_path):
     async def main() -> int:
         async with ForkServer.open() as server:
+            assert server is not None
             process = await server.spawn(proxy("--no-summary", "--", *MOCK))
             return process.pid  # left running: its stdin is still open
 

@@ -184,7 +184,7 @@ async def run_bench(
     limiter = anyio.CapacityLimiter(max(1, config.jobs))
     finished: list[SessionResult] = []
 
-    async def one(plan: SessionPlan, launcher: ForkServer) -> None:
+    async def one(plan: SessionPlan, launcher: ForkServer | None) -> None:
         async with limiter:
             session = await run_session(plan, world, on_task_done, launcher)
             finished.append(session)

@@ -290,8 +290,14 @@ class ForkServer:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls) -> AsyncIterator[ForkServer]:
-        """Start the fork server; on leaving, it ends the children still running and exits."""
+    async def open(cls) -> AsyncIterator[ForkServer | None]:
+        """Start the fork server; on leaving, it ends the children still running and exits.
+
+        None where the system has no ``fork`` or no pidfds (not Linux): the proxies are then exec'd.
+        """
+        if not (hasattr(os, "fork") and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")):
+            yield None
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             process = subprocess.Popen(
