@@ -25,6 +25,7 @@ from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
+from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 
@@ -204,15 +205,16 @@ async def run_bench(
     limiter = anyio.CapacityLimiter(max(1, config.jobs))
     finished: list[SessionResult] = []
 
-    async def one(plan: SessionPlan) -> None:
+    async def one(plan: SessionPlan, launcher: ForkServer | None) -> None:
         async with limiter:
-            session = await run_session(plan, world, on_task_done)
+            session = await run_session(plan, world, on_task_done, launcher)
             finished.append(session)
             on_session_done(session.records)
 
-    async with anyio.create_task_group() as tg:
+    # One warm interpreter forks every session's proxy: the import a proxy start costs, paid once.
+    async with ForkServer.open() as launcher, anyio.create_task_group() as tg:
         for plan in plans:
-            tg.start_soon(one, plan)
+            tg.start_soon(one, plan, launcher)
     result.wall_s = time.monotonic() - started
     order = {id(p): i for i, p in enumerate(plans)}
     for session in sorted(
