@@ -463,3 +463,37 @@ async def test_without_restart_the_bridge_exits_with_the_killed_servers_status(t
         assert proxy.proc.wait(20) == 137
     finally:
         proxy.close()
+
+
+@pytest.mark.anyio
+async def test_the_proxy_starts_waits_for_and_supervises_an_http_server(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess, free_port
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.2
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+after = 1
+limit = 1
+"""
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    proxy = HttpProxyProcess(
+        write_profile(tmp_path, text), upstream, tmp_path, "--", *PROCESS_SERVER, "--http", str(port)
+    )
+    try:
+        with anyio.fail_after(90):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                first = int(text_of(await client.call_tool("whoami", {})))
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("whoami", {})
+                second = int(text_of(await client.call_tool("whoami", {})))
+        assert first != second
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+    finally:
+        proxy.close()

@@ -27,7 +27,9 @@ def add_parser(commands: Any) -> None:
         epilog="examples:\n"
         "  mcpfault proxy --config profiles/mixed.toml --events events.jsonl -- mcpfault mock-server\n"
         "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        "  mcpfault proxy --config profiles/http.toml --listen 127.0.0.1:8080 -- mcpfault mock-server\n"
+        "  mcpfault proxy --config profiles/crash_restart.toml --listen 127.0.0.1:8080 \\\n"
+        "      --upstream http://127.0.0.1:3000/mcp -- node server.js   (starts, waits for, supervises it)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     proxy.add_argument("--config", "-c", required=True, type=Path, metavar="PROFILE.toml", help="fault profile")
@@ -174,14 +176,12 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     if args.listen is None:
         raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
     listen = http.parse_listen(args.listen)
-    if command and args.upstream is not None:
-        raise UsageError("give either --upstream URL or a stdio server command after '--', not both")
     if not command and args.upstream is None:
         raise UsageError(
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = http.parse_upstream(args.upstream) if not command else None
+    upstream: Any = http.parse_upstream(args.upstream) if args.upstream is not None else None
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -198,7 +198,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
     _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args)
-    attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
+    attributes = {} if upstream is None else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry = ProxyTelemetry.start(
         spans=args.spans,
         otlp_endpoint=args.otlp_endpoint,
@@ -206,9 +206,14 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         transport=names.TRANSPORT_HTTP,
         attributes=attributes,
     )
-    if command:
-        server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    process = None
+    if command and upstream is None:  # a stdio server behind the bridge
         upstream = StdioBridge(command, settings=loaded.server, observers=server_watchers)
+    elif command:  # an HTTP server the proxy starts, waits for and supervises
+        from mcpfault.proxy.http_process import HttpServerProcess
+
+        process = HttpServerProcess(command, upstream, settings=loaded.server, observers=server_watchers)
     sessions = Sessions(
         loaded,
         events=events,
@@ -217,7 +222,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         owns_process=bool(command),
     )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
-    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
+    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token, process=process)
 
     def announce(url: str) -> None:
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
@@ -226,6 +231,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     with _flushed_at_exit(events, telemetry):
         status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
     if not args.no_summary:
-        supervisor = upstream.supervisor if command else None
+        owned = proxy.owned
+        supervisor = owned.supervisor if owned is not None else None
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
     return status
