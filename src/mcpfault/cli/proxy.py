@@ -28,7 +28,9 @@ def add_parser(commands: Any) -> None:
         "  mcpfault proxy --config mixed --events events.jsonl -- mcpfault mock-server\n"
         "  mcpfault proxy --config my-profile.toml -- uvx mcp-server-time\n"
         "  mcpfault proxy --config http --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server\n"
+        "  mcpfault proxy --config crash_restart --listen 127.0.0.1:8080 \\\n"
+        "      --upstream http://127.0.0.1:3000/mcp -- node server.js   (starts, waits for, supervises it)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     proxy.add_argument(
@@ -364,16 +366,14 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     if args.listen is None:
         raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
     listen = http.parse_listen(args.listen)
-    if command and args.upstream is not None:
-        raise UsageError("give either --upstream URL or a stdio server command after '--', not both")
     if not command and args.upstream is None:
         raise UsageError(
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = http.parse_upstream(args.upstream) if not command else None
-    if args.probe is not None and not command:
-        raise UsageError("--probe watches a stdio server's processes: give its command after '--', not --upstream")
+    upstream: Any = http.parse_upstream(args.upstream) if args.upstream is not None else None
+    if args.probe is not None and (not command or upstream is not None):
+        raise UsageError("--probe watches a stdio server's processes: give its command after '--' without --upstream")
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -393,12 +393,17 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     events = _proxy_events(args, loaded, "http")
     probe = _proxy_probe(args, events)
     hooks = [probe.on_start] if probe is not None else []
-    attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
+    attributes = {} if upstream is None else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
-    if command:
-        server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    process = None
+    if command and upstream is None:  # stdio servers behind the bridge, one per protocol era
         upstream = EraRouter(command, settings=loaded.server, observers=server_watchers, on_start=hooks)
+    elif command:  # an HTTP server the proxy starts, waits for and supervises
+        from mcpfault.proxy.http_process import HttpServerProcess
+
+        process = HttpServerProcess(command, upstream, settings=loaded.server, observers=server_watchers)
     sessions = Sessions(
         loaded,
         events=events,
@@ -410,12 +415,12 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         args, sessions.live, transport="http", counters=sessions.counters, stats=sessions.stats, events=events
     )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
-    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
+    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token, process=process)
 
     def announce(url: str) -> None:
-        bridge = proxy.bridge
-        if controller is not None and bridge is not None:
-            controller.server = bridge.supervisor  # every era's server, as one
+        owned = proxy.owned
+        if controller is not None and owned is not None:
+            controller.server = owned.supervisor  # the HTTP server, or every era's stdio server as one
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
@@ -425,7 +430,8 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
     if not args.no_summary:
-        supervisor = upstream.supervisor if command else None
+        owned = proxy.owned
+        supervisor = owned.supervisor if owned is not None else None
         summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
         if probe is not None:
             probe.render(sys.stderr)

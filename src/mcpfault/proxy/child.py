@@ -27,14 +27,16 @@ class ChildProcess:
         self._popen = popen
 
     @classmethod
-    def start(cls, command: Sequence[str]) -> ChildProcess:
+    def start(cls, command: Sequence[str], *, stdio: bool = True) -> ChildProcess:
         """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through),
         in a process group of its own (its pid is the group's id): its children end with it, and what
-        watches the server's processes (the side-effect probe) sees them and never the proxy's."""
+        watches the server's processes (the side-effect probe) sees them and never the proxy's.
+
+        ``stdio=False`` (an HTTP server): no stdin, and its stdout goes to our stderr too."""
+        stdin = subprocess.PIPE if stdio else subprocess.DEVNULL
+        stdout = subprocess.PIPE if stdio else 2
         try:
-            popen = subprocess.Popen(
-                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, process_group=0
-            )
+            popen = subprocess.Popen(list(command), stdin=stdin, stdout=stdout, bufsize=0, process_group=0)
         except FileNotFoundError:
             raise UpstreamError(
                 f"cannot start the MCP server: {command[0]!r} was not found; check the command after '--' "

@@ -54,8 +54,10 @@ class Supervisor:
         *,
         observers: Sequence[ServerObserver] = (),
         clock: Callable[[], float] = time.monotonic,
+        stdio: bool = True,
     ) -> None:
         self.command = list(command)
+        self._stdio = stdio  # a stdio server (piped) or an HTTP one
         self.settings = settings if settings is not None else ServerSettings()
         self.start_hooks: list[StartHook] = []
         self._observers = tuple(observers)
@@ -116,7 +118,7 @@ class Supervisor:
             self.restarts += 1
             for observer in self._observers:
                 observer.server_restarted(self._generation)
-        self._child = ChildProcess.start(self.command)
+        self._child = ChildProcess.start(self.command, stdio=self._stdio)
         self._stops = 0
         for hook in self.start_hooks:
             try:
