@@ -36,6 +36,8 @@ class Problem:
 
 
 class ProfileError(MCPFaultError):
+    """A profile failed validation; ``problems`` holds every Problem found, not just the first."""
+
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         plural = "s" if len(problems) != 1 else ""
