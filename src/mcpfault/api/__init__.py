@@ -12,6 +12,7 @@ Proxy                 a proxy with a profile in front of a command (context mana
 ├── .injected(type)   how many faults (of one type) were injected
 └── .fault_for(tool)  the first fault injected into a call of that tool
 Control               a client of a live proxy's control API (what ``mcpfault ctl`` uses)
+task_outcomes(dir)    tasks by outcome in a finished bench run directory
 InjectedFault         one injected fault: type, mode, rule, method, tool, request id, span id
 SpanView              one span as read back from a spans file
 
@@ -34,6 +35,7 @@ Example::
 """
 
 from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
+from mcpfault.api._runs import task_outcomes
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.errors import MCPFaultError, ProfileError, UsageError
 from mcpfault.telemetry.span_files import SpanView
@@ -45,6 +47,8 @@ __all__ = [
     "SpanView",
     # a live proxy's control API
     "Control",
+    # finished runs
+    "task_outcomes",
     # errors
     "MCPFaultError",
     "ProfileError",

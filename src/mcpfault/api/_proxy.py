@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from mcpfault.analysis.traces import proxy_faults
 from mcpfault.api import _toml
+from mcpfault.control.access import TOKEN_VARIABLE
 from mcpfault.control.client import Control
 from mcpfault.errors import MCPFaultError, UsageError
 from mcpfault.faults import profile as profiles
@@ -143,7 +144,7 @@ class Proxy:
             if self._want_control:
                 self.control_url = f"http://127.0.0.1:{_free_port()}"
                 base += ["--control", self.control_url.removeprefix("http://")]
-                self.control = Control(self.control_url)
+                self.control = Control(self.control_url, token=self._control_token())
             self.command = [*base, "--", *self.server_command]
             return self
         self._start_http(base)
@@ -276,7 +277,12 @@ class Proxy:
         self.url = served.group(1)
         if controlled:
             self.control_url = controlled.group(1)
-            self.control = Control(self.control_url)
+            self.control = Control(self.control_url, token=self._control_token())
+
+    def _control_token(self) -> str | None:
+        """The token the proxy's control API will ask for (MCPFAULT_CONTROL_TOKEN in its environment)."""
+        environment = {**os.environ, **(self._env or {})}
+        return environment.get(TOKEN_VARIABLE) or None
 
     def _end_stdio_launches(self) -> None:
         """Launches of ``command`` still running (the agent did not end them): SIGTERM, then SIGKILL."""
