@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaoslib.exceptions import ActivityFailed
 
+from chaosmcpfault import actions, probes
 from mcpfault.api import Proxy
-
-pytest.importorskip("chaosmcpfault", reason="make test installs integrations/chaostoolkit-mcpfault")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "chaostoolkit" / "experiment.json"
@@ -161,8 +161,6 @@ def test_the_token_comes_from_secrets_and_stays_out_of_the_journal(tmp_path: Pat
 
 
 def test_chaos_discover_lists_every_activity_with_its_arguments(tmp_path: Path) -> None:
-    from chaosmcpfault import actions, probes
-
     out = tmp_path / "discovery.json"
     command = [str(CHAOS), "--log-file", str(tmp_path / "chaos.log"), "discover", "chaostoolkit-mcpfault"]
     done = subprocess.run(
@@ -187,9 +185,6 @@ def test_chaos_discover_lists_every_activity_with_its_arguments(tmp_path: Path) 
 
 
 def test_the_server_actions_and_probes_on_a_supervised_stdio_proxy(tmp_path: Path) -> None:
-    from chaoslib.exceptions import ActivityFailed
-
-    from chaosmcpfault import actions, probes
 
     with Proxy(MOCK, profile="baseline", workdir=tmp_path) as proxy:
         assert proxy.command is not None and proxy.control_url is not None
@@ -253,9 +248,6 @@ def wait_server(proxy: Proxy, ready: Any) -> dict[str, Any]:
 
 
 def test_task_outcome_rate_reads_a_finished_run(tmp_path: Path) -> None:
-    from chaoslib.exceptions import ActivityFailed
-
-    from chaosmcpfault import actions, probes
 
     run = actions.run_bench(profiles="error", agents="naive", tasks=4, seed=1, out_dir=str(tmp_path / "run"))
     assert sum(run["outcomes"].values()) == 4
