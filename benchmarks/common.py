@@ -341,12 +341,21 @@ def print_results(
 
 def run_facts(when: dt.datetime, loads: tuple[str, str], machine_note: str = "") -> list[str]:
     """The Markdown list of when, where and how a run was made."""
-    return [
+    facts = [
         f"- Date: {when.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}",
         f"- Machine: {machine()}{machine_note}",
         f"- Load average (1/5/15 min) at start: {loads[0]}; at end: {loads[1]}",
         f"- Command: `{command_line()}`",
     ]
+    busiest = max(float(load.split()[0]) for load in loads)
+    cpus = os.cpu_count() or 1
+    if busiest > cpus:
+        facts.append(
+            f"- **A busy machine**: a load of {busiest:.1f} on {cpus} CPUs (other work was running). Every"
+            " figure here is inflated by waiting for a CPU; only the interleaved ratios say something,"
+            " and they too move from run to run."
+        )
+    return facts
 
 
 def write_keeping_http_block(path: Path, text: str) -> None:

@@ -603,8 +603,30 @@ def ratio_lines(summaries: list[Summary[HttpConfig]], clients: int, suffix: str 
     return lines
 
 
+TRACED_THROUGHPUT_TARGET = 0.85  # mcpfault-spans-metrics requests/s / direct requests/s, at least
+
+
+def traced_ratio_lines(summaries: list[Summary[HttpConfig]], clients: int) -> list[str]:
+    """With spans and metrics, the concurrent clients' throughput against talking to the server directly."""
+    by_name = {s.config.name: s for s in summaries}
+    traced, direct = by_name.get("mcpfault-spans-metrics"), by_name.get("direct")
+    if traced is None or direct is None:
+        return []
+    rate_ratio = traced.median("rate_per_s") / direct.median("rate_per_s")
+    verdict = "meets" if rate_ratio >= TRACED_THROUGHPUT_TARGET else "MISSES"
+    return [
+        f"mcpfault-spans-metrics req/s / direct req/s with {clients} concurrent clients"
+        f" = {traced.median('rate_per_s'):,.0f} / {direct.median('rate_per_s'):,.0f} = {rate_ratio:.2f}"
+        f" ({verdict} target >= {TRACED_THROUGHPUT_TARGET:g})"
+    ]
+
+
 def all_ratios(summaries: list[Summary[HttpConfig]], clients: int) -> list[str]:
-    return ratio_lines(summaries, clients) + ratio_lines(summaries, clients, "-sse")
+    return (
+        ratio_lines(summaries, clients)
+        + traced_ratio_lines(summaries, clients)
+        + ratio_lines(summaries, clients, "-sse")
+    )
 
 
 def display_command(config: HttpConfig) -> str:

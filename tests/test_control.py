@@ -94,14 +94,14 @@ def test_kill_switch_reset_and_counters() -> None:
     assert fired(engine, 0, 3) == ["always"] * 3
     controller.off()
     assert fired(engine, 3, 3) == [None] * 3
-    assert [r["active"] for r in controller.list()] == [False, False]
+    assert [r["active"] for r in controller.faults()] == [False, False]
     controller.on()
     controller.patch("always", {"enabled": False})
     assert fired(engine, 6, 2) == [None, None]
     controller.reset()  # the profile as loaded: "boom" gone, "always" enabled again, counters kept
-    assert [r["name"] for r in controller.list()] == ["always"]
+    assert [r["name"] for r in controller.faults()] == ["always"]
     assert fired(engine, 8, 1) == ["always"]
-    assert controller.get("always")["injected"] == 4
+    assert controller.fault("always")["injected"] == 4
     assert [e["control"] for e in events.records] == ["add", "off", "on", "patch", "reset"]
     assert [e["version"] for e in events.records] == [1, 2, 3, 4, 5]
 
@@ -444,3 +444,31 @@ def test_http_process_actions_where_the_proxy_owns_the_server_and_where_it_does_
                 assert status == 409 and "does not own a server process" in refused["error"], refused
         finally:
             relay.close()
+
+
+@pytest.mark.slow
+def test_hostile_requests_get_json_errors_and_the_proxy_goes_on(tmp_path: Path) -> None:
+    proxy = ControlledHttpProxy(PROFILES / "baseline.toml", tmp_path, [sys.executable, str(SCRIPTED_SERVER)])
+    try:
+        url = proxy.control
+        cases: list[tuple[str, str, bytes]] = [
+            ("POST", "/faults", b"[" * 100_000),  # nesting beyond the parser's recursion limit
+            ("POST", "/faults", b"[1, 2]"),
+            ("POST", "/faults", b'"error"'),
+            ("POST", "/faults", b'{"type": "error", "probability": NaN, "name": 7}'),
+            ("POST", "/faults", b"\xff\xfe"),
+            ("PATCH", "/faults/missing", b'{"probability": 0.5}'),
+            ("POST", "/server/stall?duration_s=inf", b""),
+            ("POST", "/server/stall?duration_s=-1", b""),
+            ("POST", "/server/crash?signal=", b""),
+            ("GET", "/faults/%2e%2e%2fstatus", b""),
+            ("POST", "/faults", b"x" * (2 * 1024 * 1024)),
+        ]
+        for method, path, raw in cases:
+            status, headers, body = api(url, method, path, raw=raw)
+            assert 400 <= status < 500, (method, path, status, body)
+            assert headers["Content-Type"] == "application/json" and body["error"], (path, body)
+        assert api(url, "PATCH", "/faults/x", raw=b"[]")[0] == 404
+        assert api(url, "GET", "/status")[0] == 200  # still serving
+    finally:
+        assert proxy.close() == 0

@@ -159,3 +159,36 @@ def test_a_client_that_leaves_during_the_delay_over_http_is_recorded_as_cancelle
     proxy.from_server(answer(7, ok=True))
     assert proxy.end(7, "cancelled") is True  # the HTTP transport, when the client's connection closes
     assert [e["client_received"] for e in sink.records] == ["cancelled"]
+
+
+def summary_of(proxy: ProxyCore) -> str:
+    import io
+
+    from mcpfault.proxy import summary
+
+    out = io.StringIO()
+    summary.render(proxy.stats, proxy.engine, proxy.era, out)
+    return out.getvalue()
+
+
+def modern_call(request_id: int, tool: str) -> bytes:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": tool, "_meta": meta}}
+    return json.dumps(body).encode() + b"\n"
+
+
+def test_summary_says_none_counts_both_eras_and_when_a_drift_took_hold() -> None:
+    quiet, _ = core()
+    quiet.from_client(call(1, "echo"))
+    quiet.from_server(answer(1))
+    text = summary_of(quiet)
+    assert "faulted requests: none" in text and "client received -" not in text
+
+    drift, _ = core('[[faults]]\nname = "d"\ntype = "schema_drift"\nafter = 2\nrename_fields = { a = "b" }\n')
+    for request_id in range(1, 6):
+        line = call(request_id, "t") if request_id <= 2 else modern_call(request_id, "t")
+        drift.from_client(line)
+        drift.from_server(answer(request_id, a=1))
+    text = summary_of(drift)
+    assert "in force from call 3" in text  # after = 2: the third call is the first drifted one
+    assert "eras legacy 2, modern 3" in text

@@ -30,7 +30,7 @@ def test_ctl_drives_a_live_proxy(tmp_path: Path) -> None:
         url = proxy.control
         status = ctl(url, "status")
         assert status.returncode == 0, status.stderr
-        assert "faults" in status.stdout and "generation 1" in status.stdout and "http" in status.stdout
+        assert "faults" in status.stdout and "generation 0" in status.stdout and "http" in status.stdout
         listed = ctl(url, "list")
         assert listed.returncode == 0 and "profile" in listed.stdout and "always" in listed.stdout
         added = ctl(url, "add", str(PROFILES / "error.toml"))

@@ -171,3 +171,22 @@ def test_window_keys_are_validated_with_the_other_generic_keys() -> None:
         "w.toml: faults[0].duration_s: 0 is not a finite number of seconds > 0",
         "w.toml: faults[1].duration_s: got '10s'; expected seconds as a number > 0, e.g. 30 or 2.5",
     ]
+
+
+def test_a_sessions_share_picks_sessions_by_a_seeded_hash_of_their_id() -> None:
+    from mcpfault.faults.engine import session_share
+    from mcpfault.proxy.http_sessions import Sessions
+
+    loaded = profile.loads('seed = 9\n[[faults]]\nname = "e"\ntype = "error"\nsessions = 0.3\n')
+    sessions = Sessions(loaded, events=None, observers_for=lambda _sid: [], propagate=False)
+    line = jsonrpc.encode({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}})
+    hit = [
+        sid
+        for sid in (f"session-{i}" for i in range(1000))
+        if sessions.session(sid).core.from_client(line)[0].to.value == "client"
+    ]
+    assert 250 < len(hit) < 350
+    assert hit == [f"session-{i}" for i in range(1000) if session_share(9, f"session-{i}") < 0.3]  # the same every run
+    assert sessions.exchange_core().from_client(line)[0].to.value == "server"  # outside any session: outside it
+    with_other_seed = [i for i in range(1000) if session_share(10, f"session-{i}") < 0.3]
+    assert with_other_seed != [int(sid.split("-")[1]) for sid in hit]

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from mcpfault.faults import profile
 from mcpfault.faults.base import Call, PlanContext
 from mcpfault.faults.error import Error
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.malformed import NOT_JSON, Malformed
-from mcpfault.faults.schema_drift import SchemaDrift
+from mcpfault.faults.schema_drift import SchemaDrift, auto_names
 from mcpfault.faults.stale import Stale
 from mcpfault.faults.timeout import Timeout
 from mcpfault.protocol import jsonrpc
@@ -110,8 +111,19 @@ def test_schema_drift_rejects_old_argument_names_and_translates_new_ones() -> No
     drift = SchemaDrift(rename_args={"device_id": "device"})
     rejected = drift.plan(make_call(device_id="d1"), Random(0), ctx())
     assert rejected is not None and rejected.reply is not None
-    assert rejected.reply["error"]["code"] == jsonrpc.INVALID_PARAMS
-    assert "'device_id' is now 'device'" in rejected.reply["error"]["message"]
+    # As the SDK's server answers a missing argument: a tool error in pydantic's words, no hint of the new name.
+    text = rejected.reply["result"]["content"][0]["text"]
+    assert rejected.reply["result"]["isError"] is True
+    assert text.startswith("Error executing tool get_device_status: 1 validation error for get_device_statusArguments")
+    assert "\ndevice\n  Field required [type=missing" in text and "is now" not in text
+    protocol = SchemaDrift(rename_args={"device_id": "device"}, reject="invalid_params")
+    refused = protocol.plan(make_call(device_id="d1"), Random(0), ctx())
+    assert refused is not None and refused.reply is not None
+    assert refused.reply["error"]["code"] == jsonrpc.INVALID_PARAMS
+    assert refused.reply["error"]["message"] == (
+        "Invalid params for tool 'get_device_status': 'device' is a required property; "
+        "Additional properties are not allowed ('device_id' was unexpected)"
+    )
     translated = drift.plan(make_call(device="d1"), Random(0), ctx())
     assert translated is not None and translated.reply is None and translated.upstream_request is not None
     assert translated.upstream_request["params"]["arguments"] == {"device_id": "d1"}
@@ -170,3 +182,64 @@ def test_schema_drift_rewrites_tools_list_and_notifies_once() -> None:
 def test_schema_drift_needs_a_rename() -> None:
     with pytest.raises(ValueError):
         SchemaDrift()
+
+
+LISTED = {
+    "name": "get_device_status",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"device_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+        "required": ["device_id"],
+    },
+    "outputSchema": {"type": "object", "properties": {"status": {"type": "string"}, "utilization_pct": {}}},
+}
+
+
+def test_schema_drift_auto_learns_names_from_tools_list_and_keeps_them_per_seed() -> None:
+    drift = SchemaDrift(rename_args="auto", rename_fields="auto")
+    seen = ctx(tool=lambda name: LISTED if name == "get_device_status" else None, seed=3)
+    renames = auto_names(["device_id", "verbose"], seed=3, salt="rule:get_device_status")
+    assert renames == auto_names(["device_id", "verbose"], seed=3, salt="rule:get_device_status")  # same seed
+    assert set(renames) == {"device_id", "verbose"} and all(old != new for old, new in renames.items())
+    others = [auto_names(["device_id", "verbose"], seed=s, salt="rule:get_device_status") for s in range(8)]
+    assert len({tuple(o.values()) for o in others}) > 1  # another seed, other names
+    rejected = drift.plan(make_call(device_id="d1"), Random(0), seen)
+    assert rejected is not None and rejected.reply is not None and rejected.reply["result"]["isError"] is True
+    assert f"\n{renames['device_id']}\n  Field required" in rejected.reply["result"]["content"][0]["text"]
+    translated = drift.plan(make_call(**{renames["device_id"]: "d1"}), Random(0), seen)
+    assert translated is not None and translated.upstream_request is not None
+    assert translated.upstream_request["params"]["arguments"] == {"device_id": "d1"}
+    # An old name of an optional argument is ignored, as the redeployed server ignores it.
+    both: dict[str, Any] = {renames["device_id"]: "d1", "verbose": True}
+    ignored = drift.plan(make_call(**both), Random(0), seen)
+    assert ignored is not None and ignored.upstream_request is not None
+    assert ignored.upstream_request["params"]["arguments"] == {"device_id": "d1"}
+    # Unknown tools (not listed yet) are left alone.
+    assert drift.plan(make_call("other", device_id="x"), Random(0), seen).reply is None  # type: ignore[union-attr]
+
+
+def test_rules_on_read_only_tools_match_by_annotations_from_tools_list() -> None:
+    from mcpfault.faults.engine import Engine
+
+    text = (
+        '[[faults]]\nname = "reads"\ntype = "error"\nread_only = true\n'
+        '[[faults]]\nname = "writes"\ntype = "timeout"\nread_only = false\n'
+    )
+    engine = Engine(profile.loads(text))
+    assert engine.decide(make_call("get")).applied == ()  # nothing listed yet: annotations unknown
+    listing = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "tools": [
+                {"name": "get", "annotations": {"readOnlyHint": True}},
+                {"name": "put", "annotations": {"readOnlyHint": False}},
+                {"name": "plain"},  # readOnlyHint defaults to false: it may write
+            ]
+        },
+    }
+    list_call = Call.from_body({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    engine.observe_response(list_call, jsonrpc.encode(listing), listing)
+    assert [a.rule for a in engine.decide(make_call("get")).applied] == ["reads"]
+    assert [a.rule for a in engine.decide(make_call("put")).applied] == ["writes"]
+    assert [a.rule for a in engine.decide(make_call("plain")).applied] == ["writes"]

@@ -223,6 +223,23 @@ def test_first_byte_latency_holds_everything(upstream: SdkHttpServer, tmp_path: 
     assert sse_messages(text)[-1]["result"]["content"][0]["text"] == "slow" if "data:" in text else json.loads(text)
     delayed = [e for e in events if e["fault_type"] == "first_byte_latency"]
     assert len(delayed) == 1 and delayed[0]["delay_s"] == pytest.approx(0.6)
+    assert delayed[0]["duration_s"] >= 0.6  # written when the client got the answer, the delay included
+
+
+def test_a_delayed_answer_is_recorded_when_the_client_gets_it_over_http(
+    upstream: SdkHttpServer, tmp_path: Path
+) -> None:
+    rules = '[[faults]]\ntype = "latency"\ndelay_s = 0.6\ntools = ["echo"]\n'
+    with http_proxy(profile(tmp_path, rules), upstream.url, tmp_path) as proxy:
+        body, headers = modern_call(1, "echo", {"text": "slow"})
+        assert httpx2.post(proxy.url, json=body, headers=headers, timeout=10).status_code == 200
+        given_up, headers = modern_call(2, "echo", {"text": "given up"})
+        with pytest.raises(httpx2.ReadTimeout):
+            httpx2.post(proxy.url, json=given_up, headers=headers, timeout=0.3)  # leaves during the delay
+        time.sleep(0.8)
+        events = {e["request_id"]: e for e in proxy.events()}
+    assert events[1]["client_received"] == "response" and events[1]["duration_s"] >= 0.6
+    assert events[2]["client_received"] == "cancelled" and events[2]["duration_s"] < 0.6
 
 
 # -- JSON-RPC faults behave as they do over stdio -------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -31,7 +32,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from mcpfault.proxy.events import read_events
-from tests.conftest import write_profile
+from tests.conftest import PROFILES, write_profile
 from tests.sdk_support import LogRecorder, Progress, SamplingModel, everything_tour
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,10 +329,16 @@ async def test_schema_drift(tmp_path: Path, mode: str) -> None:
 
             # Input drift: the first call is before the redeploy, the second uses the old name.
             assert (await client.call_tool("echo", {"text": "one"})).structured_content == {"result": "one"}
-            with pytest.raises(MCPError) as raised:
-                await client.call_tool("echo", {"text": "two"})
-            assert raised.value.code == -32602
-            assert "'text' is now 'message'" in raised.value.message
+            # Answered as the SDK's own server answers a missing argument (a tool error), not with a hint.
+            rejected_call = await client.call_tool("echo", {"text": "two"})
+            assert rejected_call.is_error is True
+            ours = rejected_call.content[0].text  # type: ignore[union-attr]
+            real = (await client.call_tool("add", {"a": 1})).content[0].text  # type: ignore[union-attr]
+            assert ours.startswith("Error executing tool echo: 1 validation error for echoArguments\nmessage\n")
+            assert real.startswith("Error executing tool add: 1 validation error for addArguments\nb\n")
+            shape = re.compile(r"\n  Field required \[type=missing, input_value=\{.*\}, input_type=dict\]\n")
+            assert shape.search(ours) and shape.search(real), (ours, real)
+            assert "message" not in ours.split("\n", 1)[0] and "is now" not in ours
             await list_changed.wait()
             # The new name works: the proxy translates it back for the (unchanged) server.
             assert (await client.call_tool("echo", {"message": "three"})).structured_content == {"result": "three"}
@@ -361,7 +368,7 @@ async def test_schema_drift(tmp_path: Path, mode: str) -> None:
     assert plain["rule"] is None
     assert (rejected["rule"], rejected["fault_mode"]) == ("renamed-echo-arg", "rename_args")
     assert rejected["upstream_contacted"] is False
-    assert (rejected["client_received"], rejected["error_code"]) == ("error", -32602)
+    assert rejected["client_received"] == "tool_error"
     assert translated["upstream_contacted"] is True and translated["upstream_request_modified"] is True
     assert translated["client_received"] == "response"
     statuses = tool_calls(events, "get_status")
@@ -684,3 +691,52 @@ async def test_everything_server_error_faults(tmp_path: Path) -> None:
     assert (summed_event["rule"], summed_event["client_received"]) == ("sum-backend-down", "tool_error")
     assert summed_event["upstream_contacted"] is False
     assert (long_event["rule"], long_event["client_received"]) == (None, "response")
+
+
+# -- the generic profiles on a server that is not ours ---------------------------------------------------
+
+
+async def test_generic_drift_renames_what_tools_list_says_on_the_time_server(tmp_path: Path) -> None:
+    events_path = tmp_path / "events.jsonl"
+    params = proxied(PROFILES / "drift_any.toml", events_path, TIME_SERVER)
+    utc = {"timezone": "Etc/UTC"}
+    with anyio.fail_after(40):
+        async with connect(params, "legacy") as client:
+            before = tools_by_name(await client.list_tools())
+            for _ in range(3):  # before the redeploy (after = 3)
+                assert (await client.call_tool("get_current_time", utc)).is_error is False
+            rejected = await client.call_tool("get_current_time", utc)
+            assert rejected.is_error is True
+            text = rejected.content[0].text  # type: ignore[union-attr]
+            assert text.startswith("Error executing tool get_current_time: 1 validation error")
+            after = tools_by_name(await client.list_tools(cache_mode="refresh"))
+            (new_arg,) = after["get_current_time"].input_schema["properties"]
+            assert new_arg != "timezone" and after["get_current_time"].input_schema["required"] == [new_arg]
+            assert f"\n{new_arg}\n  Field required" in text
+            renamed = await client.call_tool("get_current_time", {new_arg: "Etc/UTC"})
+            assert renamed.is_error is False and renamed.structured_content is not None
+            fields = set(renamed.structured_content)
+            assert fields == set(after["get_current_time"].output_schema["properties"])  # type: ignore[index]
+            assert fields.isdisjoint(before["get_current_time"].output_schema["properties"])  # type: ignore[index]
+    again = tmp_path / "again.jsonl"
+    async with connect(proxied(PROFILES / "drift_any.toml", again, TIME_SERVER), "legacy") as client:
+        listed = tools_by_name(await client.list_tools())
+        for _ in range(4):
+            await client.call_tool("get_current_time", utc)
+        relisted = tools_by_name(await client.list_tools(cache_mode="refresh"))
+    assert relisted["get_current_time"].input_schema == after["get_current_time"].input_schema  # same seed, same names
+    assert listed["get_current_time"].input_schema == before["get_current_time"].input_schema
+
+
+async def test_generic_stale_reads_hit_read_only_tools_of_the_time_server(tmp_path: Path) -> None:
+    events_path = tmp_path / "events.jsonl"
+    params = proxied(PROFILES / "stale_reads.toml", events_path, TIME_SERVER)
+    with anyio.fail_after(40):
+        async with connect(params, "legacy") as client:
+            await client.list_tools()  # the annotations (readOnlyHint) come from here
+            for _ in range(12):
+                await client.call_tool("get_current_time", {"timezone": "Etc/UTC"})
+    calls = tool_calls(read_events(events_path), "get_current_time")
+    stale = [e for e in calls if e["fault_type"] == "stale"]
+    assert stale and all(e["upstream_contacted"] is False for e in stale)
+    assert calls[0]["fault_type"] is None  # nothing cached yet on the first call

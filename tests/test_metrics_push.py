@@ -38,6 +38,7 @@ def rec(
         task="open_incident",
         outcome=outcome,
         fault_types=faults,
+        affected_types=faults if outcome == "recovered" else (),
         retries=retries,
         duplicates=duplicates,
         recovery_s=recovery_s,

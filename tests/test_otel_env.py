@@ -277,6 +277,8 @@ def test_the_timeout_bounds_each_export() -> None:
 def test_traces_exporter_none_and_propagators_none() -> None:
     quiet = settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318", OTEL_TRACES_EXPORTER="none", OTEL_PROPAGATORS="none")
     assert quiet.export is None and quiet.propagate is False
+    explicit = otel_env.read("http://127.0.0.1:4318", {"OTEL_TRACES_EXPORTER": "none"})
+    assert explicit.export is not None  # --otlp-endpoint is asked for explicitly: it wins
     assert settings(OTEL_PROPAGATORS="tracecontext,baggage").propagate
 
 
@@ -358,3 +360,26 @@ def test_certificate_and_client_certificate(tmp_path: Path) -> None:
             OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE=str(client_cert),
             OTEL_EXPORTER_OTLP_CLIENT_KEY=str(client_key),
         )
+
+
+def test_traces_export_honours_the_exporter_variables(
+    tmp_path: Path, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mcpfault traces export`` reads the same settings: the traces URL verbatim, JSON, gzip."""
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "run" / "proxy-spans.jsonl", settings=settings())
+    handle = record_one(recorder, f"00-{TRACE}-{PARENT}-01")
+    recorder.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.base_url + "/custom/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpfault", "traces", "export", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [(path, headers, _)] = receiver.requests
+    assert path == "/custom/traces"
+    assert headers["content-type"] == "application/json" and headers["content-encoding"] == "gzip"
+    assert [s.span_id.hex() for s in receiver.spans()] == [handle.span_id]

@@ -137,7 +137,7 @@ limit = 1
             assert text_of(await client.call_tool("echo", {"text": "still here"})) == "still here"
     assert first != second
     records = [json.loads(line) for line in events.read_text().splitlines()]
-    calls = [r for r in records if r["method"] == "tools/call"]
+    calls = [r for r in records if r.get("method") == "tools/call"]
     assert [(r["tool"], r["client_received"], r["server_generation"]) for r in calls] == [
         ("whoami", "response", 0),
         ("spawn_child", "response", 0),

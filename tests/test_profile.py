@@ -26,8 +26,8 @@ def problems(text: str) -> list[str]:
 
 def test_every_bundled_profile_is_valid() -> None:
     names = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml"))
-    # The nine of the benchmark, in its order, and the HTTP profile it leaves out.
-    assert names == sorted([*PROFILE_ORDER, "http"])  # the gentle and the stress profiles
+    # The profiles of the benchmark (gentle and stress), the HTTP profile it leaves out, and the generic ones.
+    assert names == sorted([*PROFILE_ORDER, "http", "drift_any", "stale_reads", "lost_writes"])
     for path in (ROOT / "profiles").glob("*.toml"):
         assert profile.load(path).name == path.stem
 
@@ -67,7 +67,7 @@ type = "schema_drift"
         "p.toml: faults[1] ('p').after: -1 is negative",
         "p.toml: faults[1] ('p').limit: got 2.5; expected a whole number",
         "p.toml: faults[1] ('p').delay_s: got string 'slow'; expected a number",
-        "p.toml: faults[1] ('p').jitter: unknown key (did you mean 'jitter_s'?); type 'latency' takes: delay_s, jitter_s; every rule also takes: type, name, tools, probability",
+        "p.toml: faults[1] ('p').jitter: unknown key (did you mean 'jitter_s'?); type 'latency' takes: delay_s, jitter_s; every rule also takes: type, name, tools",
         "p.toml: faults[2].modes: item 1: got string 'explode'; expected one of 'truncate'",
         "p.toml: faults[2].tools: bad glob 'get_[x': unbalanced [ ]",
         "p.toml: faults[2].tools: bad glob 'bad name'",
@@ -173,7 +173,7 @@ def test_random_documents_never_crash_validation(document: dict[str, Any]) -> No
 def test_misspelt_rule_key_names_the_rule_keys_and_the_closest() -> None:
     (line,) = problems('[[faults]]\ntype = "error"\nprobablity = 0.5\n')
     assert "unknown key (did you mean 'probability'?)" in line
-    assert "every rule also takes: type, name, tools, probability, after, limit" in line
+    assert "every rule also takes: type, name, tools, read_only, probability, after, limit" in line
 
 
 def test_singular_fault_table_is_pointed_at_faults() -> None:

@@ -157,6 +157,7 @@ type = "schema_drift"
 tools = ["get_interface_metrics"]
 after = 1
 rename_args = { device_id = "device" }
+reject = "invalid_params"  # as the mock itself answers arguments that do not fit: -32602
 """
 
 

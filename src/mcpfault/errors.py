@@ -1,13 +1,16 @@
 """Every exception mcpfault raises on purpose.
 
 MCPFaultError
-├── ProfileError     a profile failed validation; carries every Problem found
+├── ProblemsError    a document failed validation; carries every problem found
+│   ├── ProfileError     a profile
+│   └── ExperimentError  an experiment file (mcpfault.experiments.plan)
 ├── UsageError       a command-line value is wrong (what, where, what to do)
 └── UpstreamError    the MCP server could not be started or reached
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -35,14 +38,26 @@ class Problem:
         return f"{self.where()}: {self.message}"
 
 
-class ProfileError(MCPFaultError):
-    """A profile failed validation; ``problems`` holds every Problem found, not just the first."""
+class ProblemsError(MCPFaultError):
+    """Every problem found in one document, each printable on its own line."""
 
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
+    kind = "document"
+
+    def __init__(self, problems: Sequence[object]) -> None:
+        self.problems: Sequence[object] = problems
         plural = "s" if len(problems) != 1 else ""
         lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{len(problems)} problem{plural} in profile:\n{lines}")
+        super().__init__(f"{len(problems)} problem{plural} in {self.kind}:\n{lines}")
+
+
+class ProfileError(ProblemsError):
+    """A profile failed validation; ``problems`` holds every Problem found, not just the first."""
+
+    kind = "profile"
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(problems)
+        self.problems: list[Problem] = problems
 
 
 class UsageError(MCPFaultError):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import ctl, harness, probe, proxy, tools
+from mcpfault.cli import config, ctl, experiment, harness, probe, proxy, tools
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -63,8 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     proxy.add_parser(commands)
     ctl.add_parser(commands)
+    experiment.add_parser(commands)
     tools.add_checks(commands)
     harness.add_parsers(commands)
     tools.add_tools(commands)
     probe.add_parser(commands)
+    config.add_parser(commands)
     return parser

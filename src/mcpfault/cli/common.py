@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from mcpfault.errors import ProblemsError
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -12,7 +19,12 @@ EXIT_NOT_STARTED = 127
 
 
 def logging_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written to stderr (default warning)",
+    )
     parser.add_argument(
         "--log-format",
         default="auto",
@@ -24,3 +36,27 @@ def logging_options(parser: argparse.ArgumentParser) -> None:
 def usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def announce_metrics(url: str | None) -> None:
+    """Say where /metrics is served: with ``--metrics-addr HOST:0`` only the bound port tells."""
+    if url is not None:
+        print(f"mcpfault: metrics at {url}", file=sys.stderr)
+        sys.stderr.flush()
+
+
+def check_files(paths: Sequence[Path], load: Callable[[Path], T], describe: Callable[[T], str], noun: str) -> int:
+    """Load each file, printing every problem of the bad ones and a line for the good; how many were bad."""
+    failed = 0
+    for path in paths:
+        try:
+            loaded = load(path)
+        except ProblemsError as exc:
+            failed += 1
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(f"{path}: ok ({describe(loaded)})")
+    if failed:
+        print(f"{failed} of {len(paths)} {noun}(s) have problems", file=sys.stderr)
+    return failed

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics
 from mcpfault.errors import UsageError
 
 
@@ -24,12 +24,23 @@ def add_parsers(commands: Any) -> None:
         "state, the task records and the spans of all three processes (client-, proxy-, server-spans.jsonl, one "
         "trace per session) under --out.",
     )
-    run.add_argument("--profile", default="mixed", help="profile name from profiles/ or a .toml path (mixed)")
     run.add_argument(
-        "--agent", default="naive", help="naive, retry-only, resilient, resilient-no-<mechanism>, or llm (a model)"
+        "--profile",
+        default="mixed",
+        help="a bundled profile's name (mcpfault profiles) or a .toml path (default mixed)",
+    )
+    run.add_argument(
+        "--agent",
+        default="naive",
+        help="naive, retry-only, resilient, resilient-no-<mechanism>, or llm (a model) (default naive)",
     )
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
-    run.add_argument("--era", choices=["legacy", "modern"], default="legacy", help="protocol era of the client")
+    run.add_argument(
+        "--era",
+        choices=["legacy", "modern"],
+        default="legacy",
+        help="protocol era of the client: legacy 2025-11-25, modern 2026-07-28 (default legacy)",
+    )
     _task_options(run, "runs/<time>-<profile>-<agent>")
     _llm_options(run, bench=False)
     run.set_defaults(handler=_run)
@@ -39,12 +50,12 @@ def add_parsers(commands: Any) -> None:
         help="the matrix of profiles x agents; outcomes, retries, duplicates, recovery time; report.md and charts",
         description="Run every agent under every profile (TASKS tasks per cell, in sessions of SESSION_TASKS run "
         "JOBS at a time), judge every task, and write records.jsonl, report.md and SVG charts under --out. "
-        "With no arguments: the nine stdio profiles of profiles/ x naive, retry-only, resilient x 100 tasks.",
+        "With no arguments: the nine stdio profiles of the benchmark x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
         "--profiles",
-        help="comma-separated names or .toml paths; 'gentle' for the nine stdio profiles of profiles/ (the "
-        "default), 'stress' for outage, burst and storm",
+        help="comma-separated bundled names or .toml paths; 'gentle' for the nine stdio profiles of the "
+        "benchmark (the default), 'stress' for outage, burst and storm",
     )
     bench.add_argument(
         "--agents",
@@ -269,6 +280,7 @@ def _run(args: argparse.Namespace) -> int:
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
+    announce_metrics(live.url)
     try:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
@@ -352,6 +364,7 @@ def _bench(args: argparse.Namespace) -> int:
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
+    announce_metrics(live.url)
     try:
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("bench", total=total)

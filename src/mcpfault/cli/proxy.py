@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import logging_options
+from mcpfault.cli.common import announce_metrics, logging_options
 from mcpfault.errors import UsageError
 from mcpfault.loopback import require_token_beyond_loopback
 
@@ -53,6 +53,12 @@ def add_parser(commands: Any) -> None:
         help="after the client leaves or a signal arrives, how long the server gets to exit (default 5)",
     )
     proxy.add_argument("--no-summary", action="store_true", help="do not print the fault summary at exit")
+    proxy.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="start the server, read its tools, resources and prompts, print which rule matches which tool "
+        "and which rules match nothing, then exit (1 when a rule matches nothing)",
+    )
     proxy.add_argument("--spans", type=Path, metavar="FILE.jsonl", help="write one OTLP JSON line per span batch")
     proxy.add_argument(
         "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
@@ -114,6 +120,8 @@ def _proxy(args: argparse.Namespace) -> int:
 
     configure(args.log_level, args.log_format)
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
+    if args.dry_run:
+        return _dry_run(args, command)
     if args.listen is not None or args.upstream is not None:
         return _proxy_http(args, command)
     if not command:
@@ -128,6 +136,7 @@ def _proxy(args: argparse.Namespace) -> int:
     from mcpfault.proxy.setup import ProxyTelemetry
 
     telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
+    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     observers = [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
@@ -154,6 +163,56 @@ def _say_not_carried(rules: list[Any], *, owns_process: bool) -> None:
         else:
             why = "acts on HTTP only"
         print(f"mcpfault proxy: rule {rule.name!r} ({rule.type_name}) {why}; not here", file=sys.stderr)
+
+
+def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
+    import anyio
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK
+    from mcpfault.faults.base import HTTP, STDIO
+    from mcpfault.proxy import dry_run
+
+    if not command:
+        raise UsageError("--dry-run needs the server command after '--', e.g. --dry-run -c P -- uvx mcp-server-time")
+    loaded = _proxy_profile(args)
+    inventory = anyio.run(dry_run.read_inventory, command)
+    report = dry_run.match(loaded, inventory, HTTP if args.listen is not None else STDIO)
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+
+    def offered(kind: str, names: tuple[str, ...] | None) -> str:
+        return f"{kind}: not offered" if names is None else f"{kind}: {len(names)}"
+
+    server = inventory.server or command[0]
+    console.print(
+        f"profile {loaded.name!r} against {server}: {len(inventory.tools)} tool(s), "
+        f"{offered('resources', inventory.resources)}, {offered('prompts', inventory.prompts)}"
+    )
+    rules = Table(title="rules", title_justify="left")
+    for column in ("rule", "type", "tools", "read_only", "matches"):
+        rules.add_column(column)
+    for found in report.rules:
+        rule = found.rule
+        read_only = "-" if rule.read_only is None else str(rule.read_only).lower()
+        matches = ", ".join(found.tools) if found.tools else f"NOTHING: {found.why_none}"
+        rules.add_row(rule.name, rule.type_name, ", ".join(rule.tools), read_only, matches)
+    console.print(rules)
+    tools = Table(title="tools", title_justify="left")
+    for column in ("tool", "readOnlyHint", "rules that may act on it"):
+        tools.add_column(column)
+    for tool in inventory.tools:
+        name = str(tool.get("name"))
+        annotations = tool.get("annotations")
+        annotations = annotations if isinstance(annotations, dict) else {}
+        acting = [m.rule.name for m in report.rules if name in m.tools]
+        tools.add_row(name, str(annotations.get("readOnlyHint", "-")).lower(), ", ".join(acting) or "-")
+    console.print(tools)
+    if inventory.resources or inventory.prompts:
+        console.print("faults act on tools/call (and drift on tools/list); resources and prompts pass untouched")
+    for idle in report.idle:
+        console.print(f"rule {idle.rule.name!r} matches nothing: {idle.why_none}")
+    return EXIT_CHECK_FAILED if report.idle else EXIT_OK
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -278,6 +337,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         transport=names.TRANSPORT_HTTP,
         attributes=attributes,
     )
+    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
     controller = _controller(
         args, sessions.live, transport="http", counters=sessions.counters, stats=sessions.stats, events=events

@@ -32,7 +32,12 @@ def add_checks(commands: Any) -> None:
     listing.add_argument("--path", action="store_true", help="also print each profile's file")
     listing.set_defaults(handler=_profiles)
 
-    faults = commands.add_parser("faults", help="list the fault types and their settings")
+    faults = commands.add_parser(
+        "faults",
+        help="list the fault types and their settings",
+        description="List every fault type a profile's [[faults]] rule can have, what it does, and its settings "
+        "with their defaults, written as in a profile (TOML).",
+    )
     faults.set_defaults(handler=_faults)
 
 
@@ -50,6 +55,19 @@ def add_tools(commands: Any) -> None:
         "--otlp-endpoint", metavar="URL", help="collector base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
     export.set_defaults(handler=_traces_export, command="traces export")
+    show = traces_commands.add_parser(
+        "show",
+        help="print a run's trace trees in the terminal (no Jaeger needed)",
+        description="Read every *spans.jsonl under RUN_DIR and print the trace tree of a task (--task N) or a "
+        "trace (--trace ID): the task with its outcome, each attempt, the proxy's span with its faults and what "
+        "the client received, the server's span with its state changes. Without either: one line per task "
+        "(outcome, faults, trace id), to pick one.",
+    )
+    show.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the --out directory of a run or bench")
+    which = show.add_mutually_exclusive_group()
+    which.add_argument("--task", type=int, metavar="N", help="the task with this index (every cell's, in a bench)")
+    which.add_argument("--trace", metavar="ID", help="the trace with this id (32 hex digits, or its start)")
+    show.set_defaults(handler=_traces_show, command="traces show")
     traces.set_defaults(handler=lambda _args: usage(traces))
 
     mock = commands.add_parser(
@@ -104,21 +122,25 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _faults(_args: argparse.Namespace) -> int:
+    import typing
 
     from mcpfault.faults import settings
     from mcpfault.faults.catalog import CATALOG
+    from mcpfault.faults.profile import GENERIC_KEYS
 
     for fault_type in CATALOG:
-        doc = ((fault_type.__module__ and sys.modules[fault_type.__module__].__doc__) or "").strip().splitlines()[0]
+        doc = (sys.modules[fault_type.__module__].__doc__ or "").strip().splitlines()[0].replace("``", "")
         only = "" if "stdio" in fault_type.transports else " (HTTP only)"
         print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
-        hints = __import__("typing").get_type_hints(fault_type)
+        hints = typing.get_type_hints(fault_type)
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
-            default = field.default if field.default is not dataclasses.MISSING else "(required)"
-            print(f"    {field.name} = {default!r}  ({settings.describe(hints[field.name])})")
+            default = "(required)" if field.default is dataclasses.MISSING else settings.toml_value(field.default)
+            print(f"    {field.name} = {default}  ({settings.describe(hints[field.name], settings.toml_value)})")
     print(
-        "every rule also takes: name, tools (globs), probability [1.0], after [0], limit [none], "
-        "start_after_s and duration_s (seconds since the proxy started) [always]"
+        f"every rule also takes: {', '.join(GENERIC_KEYS)}; tools are globs [all], read_only = true or false "
+        "(from the tools' readOnlyHint) [any], probability [1.0], after [0], limit [not set], "
+        "start_after_s and duration_s (seconds since the proxy started) [always in force], "
+        "sessions (the share of HTTP sessions it acts in) [all]"
     )
     return EXIT_OK
 
@@ -128,15 +150,16 @@ def _traces_export(args: argparse.Namespace) -> int:
     from mcpfault.telemetry.export import ExportError, export_run
 
     try:
-        endpoint = otel_env.traces_url(args.otlp_endpoint)
+        url = otel_env.traces_url(args.otlp_endpoint)
+        export = otel_env.otlp_export(url) if url else None  # protocol, headers, gzip, TLS, timeout
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not endpoint:
+    if export is None:
         raise UsageError("no collector given: pass --otlp-endpoint http://HOST:4318 or set OTEL_EXPORTER_OTLP_ENDPOINT")
     if not args.run_dir.is_dir():
         raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
     try:
-        summary = export_run(args.run_dir, endpoint)
+        summary = export_run(args.run_dir, export, timeout_s=None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except ExportError as exc:
@@ -148,6 +171,58 @@ def _traces_export(args: argparse.Namespace) -> int:
     for error in summary.errors:
         print(f"  {error}", file=sys.stderr)
     return EXIT_OK if summary.ok else EXIT_CHECK_FAILED
+
+
+def _traces_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.tree import Tree
+
+    from mcpfault.analysis import trace_tree
+    from mcpfault.telemetry import names
+
+    if not args.run_dir.is_dir():
+        raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
+    spans = trace_tree.read_run(args.run_dir)
+    if not spans:
+        raise UsageError(f"no spans under {args.run_dir}: it holds no *spans.jsonl (was it a run's --out directory?)")
+    roots = trace_tree.trees(spans)
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    if args.trace is not None:
+        chosen = [r for r in roots if r.span.trace_id.startswith(args.trace.lower())]
+        if not chosen:
+            raise UsageError(f"no trace {args.trace!r} under {args.run_dir}")
+    elif args.task is not None:
+        chosen = [t for t in trace_tree.tasks(roots) if t.span.attributes.get(names.TASK_INDEX) == args.task]
+        if not chosen:
+            raise UsageError(f"no task {args.task} under {args.run_dir}; run without --task to list them")
+    else:
+        table = Table(title=f"tasks under {args.run_dir}", title_justify="left")
+        for column in ("task", "workflow", "agent", "outcome", "faults", "trace"):
+            table.add_column(column)
+        for task in trace_tree.tasks(roots):
+            attrs = task.span.attributes
+            table.add_row(
+                str(attrs.get(names.TASK_INDEX)),
+                str(attrs.get(names.TASK_WORKFLOW, "")),
+                str(attrs.get(names.AGENT, "")),
+                str(attrs.get(names.TASK_OUTCOME, "")),
+                ", ".join(trace_tree.task_faults(task)) or "-",
+                task.span.trace_id,
+            )
+        console.print(table)
+        console.print("show one: mcpfault traces show RUN_DIR --task N (or --trace ID)")
+        return EXIT_OK
+
+    def grow(branch: Tree, node: trace_tree.Node) -> None:
+        for child in node.children:
+            grow(branch.add(trace_tree.label(child.span)), child)
+
+    for node in chosen:
+        tree = Tree(f"{trace_tree.label(node.span)}  [dim]trace {node.span.trace_id}[/dim]")
+        grow(tree, node)
+        console.print(tree)
+    return EXIT_OK
 
 
 def _mock_server(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ Handler = Callable[[Controller, Call], Awaitable[tuple[int, Any]]]
 
 
 async def _list(c: Controller, _call: Call) -> tuple[int, Any]:
-    return 200, {"faults_enabled": c.rules.enabled, "version": c.rules.version, "faults": c.list()}
+    return 200, {"faults_enabled": c.rules.enabled, "version": c.rules.version, "faults": c.faults()}
 
 
 async def _add(c: Controller, call: Call) -> tuple[int, Any]:
@@ -47,7 +47,7 @@ async def _add(c: Controller, call: Call) -> tuple[int, Any]:
 
 
 async def _get(c: Controller, call: Call) -> tuple[int, Any]:
-    return 200, c.get(call.params["name"])
+    return 200, c.fault(call.params["name"])
 
 
 async def _remove(c: Controller, call: Call) -> tuple[int, Any]:
@@ -190,9 +190,9 @@ class ControlApi:
         if raw.strip():
             try:
                 body = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _error(400, f"the body is not JSON: {exc}")
-        query = {k: v[-1] for k, v in parse_qs(request.raw_path.partition("?")[2]).items()}
+        query = {k: v[-1] for k, v in parse_qs(request.raw_path.partition("?")[2], keep_blank_values=True).items()}
         try:
             status, answer = await handler(self.controller, Call(params, query, body))
         except Invalid as exc:

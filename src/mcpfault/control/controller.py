@@ -90,12 +90,12 @@ class Controller:
     def rules(self) -> RuleSet:
         return self.live.current
 
-    def list(self) -> list[dict[str, Any]]:
+    def faults(self) -> list[dict[str, Any]]:
         counts = self._counts()
         current = self.live.current
         return [_describe(live, current.enabled, counts) for live in current.rules]
 
-    def get(self, name: str) -> dict[str, Any]:
+    def fault(self, name: str) -> dict[str, Any]:
         current = self.live.current
         return _describe(self._find(current, name), current.enabled, self._counts())
 
@@ -141,7 +141,7 @@ class Controller:
             added = LiveRule(rule, self.live.new_key(), f"rule:{rule.name}", runtime=True)
             details = {"type": rule.type_name}
             self._swap(current.changed("add", rules=(*current.rules, added), rule=rule.name, details=details))
-        return self.get(rule.name)
+        return self.fault(rule.name)
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -153,12 +153,12 @@ class Controller:
     def patch(self, name: str, changes: Any) -> dict[str, Any]:
         """Change ``probability``, ``enabled`` or ``limit`` of a rule; its RNG and counters carry on."""
         source = f"PATCH /faults/{name}"
-        if not isinstance(changes, Mapping) or not changes:
-            expected = f"expected a JSON object with any of: {', '.join(PATCHABLE)}"
-            raise Invalid([Problem(source, None, "body", expected)])
         with self._lock:
             current = self.live.current
             found = self._find(current, name)
+            if not isinstance(changes, Mapping) or not changes:
+                expected = f"expected a JSON object with any of: {', '.join(PATCHABLE)}"
+                raise Invalid([Problem(source, None, "body", expected)])
             problems = [
                 Problem(source, found.rule.index, key, f"cannot be changed live; only {', '.join(PATCHABLE)}", name)
                 for key in changes
@@ -178,7 +178,7 @@ class Controller:
             rules = tuple(changed if live is found else live for live in current.rules)
             details = {key: changes[key] for key in PATCHABLE if key in changes}
             self._swap(current.changed("patch", rules=rules, rule=name, details=details))
-        return self.get(name)
+        return self.fault(name)
 
     def off(self) -> None:
         """The kill switch: no rule fires, at once, for every request decided from now on."""
@@ -291,6 +291,7 @@ def _describe(live: LiveRule, faults_enabled: bool, counts: Mapping[str, tuple[i
         "limit": rule.limit,
         "start_after_s": rule.start_after_s,
         "duration_s": rule.duration_s,
+        "sessions": rule.sessions,
         "settings": settings,
         "matched": matched,
         "injected": injected,

@@ -185,6 +185,9 @@ class PlanContext:
     history: Callable[[Call], tuple[bytes, ...]] = field(default=lambda _call: ())
     activating: bool = False  # a persistent fault is firing for the first time
     in_session: bool = False  # the request belongs to a session (an HTTP Mcp-Session-Id)
+    # The server's own description of a tool (its tools/list entry), once a tools/list answer has been seen.
+    tool: Callable[[str], Mapping[str, Any] | None] = field(default=lambda _name: None)
+    seed: int = 0  # the profile's seed, for choices that must stay the same on every call (drift's auto names)
 
 
 # How the analysis (analysis/effects.py) tells whether one application of a fault changed what the
@@ -217,6 +220,7 @@ class Fault(Protocol):
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
     effect: ClassVar[Effect]
+    needs_tools: ClassVar[bool]  # the engine learns tools/list answers for ctx.tool
 
     def history_depth(self) -> int:
         """How many earlier responses per (tool, arguments) the engine keeps for ``ctx.history`` (0: none)."""
@@ -243,6 +247,7 @@ class FaultBase:
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
     effect: ClassVar[Effect] = "always"
+    needs_tools: ClassVar[bool] = False
 
     def history_depth(self) -> int:
         return 0

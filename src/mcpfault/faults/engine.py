@@ -9,12 +9,14 @@ faults (schema drift) apply in addition, from the call they first fire on.
 The rules come from a ``LiveRules`` (faults/live.py) that a controller may swap at run time: each
 request is decided against the one set read when it arrived, and a rule's state (RNG, counters)
 survives changes to the rule. A rule with ``start_after_s``/``duration_s`` is in force only inside
-that window of the ``elapsed_s`` the transport passes in (the engine reads no clock).
+that window of the ``elapsed_s`` the transport passes in (the engine reads no clock). A rule with
+``sessions`` acts only in that share of HTTP sessions, picked by a hash of the seed and the session id.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -137,6 +139,12 @@ class ResponseHistory:
         return len(self._entries)
 
 
+def session_share(seed: int, session_id: str) -> float:
+    """Where a session falls in [0, 1): the same for the same seed and id, spread evenly across ids."""
+    digest = hashlib.sha256(f"{seed}:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 class Engine:
     """Decisions for one stream of requests (a stdio connection, an HTTP session).
 
@@ -150,6 +158,7 @@ class Engine:
         *,
         transport: str = STDIO,
         in_session: bool = False,
+        session_id: str | None = None,
         live: LiveRules | None = None,
         owns_process: bool | None = None,
     ) -> None:
@@ -165,10 +174,22 @@ class Engine:
         self._timed: list[_RuleState] = []  # process faults with start_after_s: fired by due(), not requests
         self._history: ResponseHistory | None = None
         self._methods: frozenset[str] = frozenset()
+        self._session_id = session_id  # for rules with a sessions share (a blast radius)
         self._pending: tuple[RuleChange, ...] = ()
+        # Tools as the server's tools/list describes them (kept across rule-set changes).
+        self._tools: dict[str, Mapping[str, Any]] = {}
+        self._learns_tools = False
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
         self._apply(self._set)
+
+    def _in_radius(self, rule: Rule, seed: int) -> bool:
+        """Whether this engine's session is inside the rule's share of sessions (outside any session: no)."""
+        if rule.sessions is None:
+            return True
+        if self._session_id is None:
+            return False
+        return session_share(seed, self._session_id) < rule.sessions
 
     def _refresh(self) -> RuleSet:
         """The current set, applied; read once per request, so one request sees one set."""
@@ -192,7 +213,7 @@ class Engine:
             else:
                 state.rule = live.rule  # a changed probability or limit; its RNG and counters carry on
             every.append(state)
-            if live.enabled and rules.enabled:
+            if live.enabled and rules.enabled and self._in_radius(live.rule, rules.seed):
                 states.append(state)
         # A profile rule's state is kept while it is removed (reset brings it back, counters kept).
         present = {live.key for live in rules.rules}
@@ -206,6 +227,8 @@ class Engine:
         depths = [s.rule.fault.history_depth() for s in states]
         if any(depths) and (self._history is None or self._history.depth < max(depths)):
             self._history = ResponseHistory(depth=max(depths))
+        # Tools as the server's tools/list describes them, for rules that need annotations or schemas.
+        self._learns_tools = any(s.rule.read_only is not None or s.rule.fault.needs_tools for s in states)
         self._methods = frozenset(m for s in states for m in s.rule.fault.targets | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if states else frozenset()
         )
@@ -215,7 +238,7 @@ class Engine:
         """Whether ``observe_response`` needs to see tools/call responses."""
         if self._live.current is not self._set:
             self._refresh()
-        return self._history is not None
+        return self._history is not None or self._learns_tools
 
     def cares_about(self, method: str) -> bool:
         """False when no rule can act on ``method`` and no change is news: the request crosses untouched."""
@@ -307,13 +330,39 @@ class Engine:
         """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
         states = self._by_tool.get(tool)
         if states is None:
-            states = [s for s in self._states if s.rule.matches_tool(tool)]
+            states = [s for s in self._states if s.rule.matches_tool(tool) and self.annotated_as(s.rule, tool)]
             if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
                 self._by_tool[tool] = states
         return states
 
+    def annotated_as(self, rule: Rule, tool: str) -> bool:
+        """Whether ``tool`` has the annotations ``rule`` asks for; a tool not listed yet has none."""
+        if rule.read_only is None:
+            return True
+        listed = self._tools.get(tool)
+        if listed is None:
+            return False
+        annotations = listed.get("annotations")
+        # readOnlyHint defaults to false (the specification): a tool that says nothing may write.
+        read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+        return read_only is rule.read_only
+
+    def _learn_tools(self, body: Mapping[str, Any] | None) -> None:
+        result = body.get("result") if body is not None else None
+        tools = result.get("tools") if isinstance(result, Mapping) else None
+        if not isinstance(tools, list):
+            return
+        for tool in tools[:MAX_CACHED_TOOLS]:
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                self._tools[tool["name"]] = tool
+        self._by_tool.clear()  # what matches a tool may have changed with its annotations
+
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:
-        """Remember a server's successful tools/call response (what stale faults replay)."""
+        """Remember a server's successful tools/call response (what stale faults replay) and its tools/list
+        (what annotation-aware rules and auto drift read)."""
+        if call.method == "tools/list" and self._learns_tools:
+            self._learn_tools(body)
+            return
         if self._history is None or call.method != "tools/call" or body is None:
             return
         result = body.get("result")
@@ -331,7 +380,9 @@ class Engine:
 
     def _context(self, rule: Rule, *, activating: bool = False) -> PlanContext:
         history = self._history.get if self._history is not None else (lambda _call: ())
-        return PlanContext(rule.name, rule.matches_tool, history, activating, self._in_session)
+        return PlanContext(
+            rule.name, rule.matches_tool, history, activating, self._in_session, self._tools.get, self.profile.seed
+        )
 
     @staticmethod
     def _roll(state: _RuleState) -> bool:

@@ -25,7 +25,18 @@ from mcpfault.faults import settings
 from mcpfault.faults.base import Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
-GENERIC_KEYS = ("type", "name", "tools", "probability", "after", "limit", "start_after_s", "duration_s")
+GENERIC_KEYS = (
+    "type",
+    "name",
+    "tools",
+    "read_only",
+    "probability",
+    "after",
+    "limit",
+    "start_after_s",
+    "duration_s",
+    "sessions",
+)
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server")
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -43,11 +54,15 @@ class Rule:
     probability: float = 1.0
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
+    # Only tools whose annotations (from tools/list) say readOnlyHint is this; None: any tool.
+    read_only: bool | None = None
     matches_tool: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
     # In force from start_after_s seconds after the proxy started, for duration_s seconds; None: always.
     # A process fault with start_after_s fires once at that time instead of on a request.
     start_after_s: float | None = None
     duration_s: float | None = None
+    # A blast radius: the share of HTTP sessions (chosen by a seeded hash of the session id) the rule acts in.
+    sessions: float | None = None
 
     def in_window(self, elapsed_s: float) -> bool:
         start = self.start_after_s or 0.0
@@ -114,12 +129,14 @@ def first_line(path: Path) -> str:
         description = None
     if isinstance(description, str) and description.strip():
         return description.strip().splitlines()[0]
+    comment: list[str] = []
     for line in text.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line.strip():
+        if not line.startswith("#"):
             break
-    return ""
+        comment.append(line.lstrip("# ").strip())
+    joined = " ".join(comment)
+    end = joined.find(". ")
+    return joined[: end + 1] if end >= 0 else joined
 
 
 def _where(path: Path) -> str:
@@ -239,10 +256,19 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         report("name", f"got {name!r}; expected a non-empty string")
     tools = _tools(raw.get("tools", ["*"]), report)
     probability = _probability(raw.get("probability", 1.0), report)
+    read_only = raw.get("read_only")
+    if read_only is not None and not isinstance(read_only, bool):
+        report("read_only", f"got {read_only!r}; expected true (read-only tools) or false (tools that may write)")
     after = _count(raw.get("after", 0), "after", report, allow_none=False)
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
     start_after_s = _seconds(raw.get("start_after_s"), "start_after_s", report)
     duration_s = _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
+    sessions = raw.get("sessions")
+    if sessions is not None and (
+        not isinstance(sessions, int | float) or isinstance(sessions, bool) or not 0 < sessions <= 1
+    ):
+        report("sessions", f"got {sessions!r}; expected the share of HTTP sessions, a number in (0, 1]")
+        sessions = None
 
     fault = None
     if fault_type is not None:
@@ -259,9 +285,11 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         probability=float(probability),
         after=int(after or 0),
         limit=limit,
+        read_only=read_only if isinstance(read_only, bool) else None,
         matches_tool=_matcher(tools),
         start_after_s=start_after_s,
         duration_s=duration_s,
+        sessions=float(sessions) if sessions is not None else None,
     )
 
 

@@ -1,19 +1,27 @@
 """schema_drift: from its Nth matching call on, the server behaves as if redeployed with new names.
 
-``rename_args`` maps old argument names to new ones: calls with the old names are rejected with
--32602, as the redeployed server would; calls with the new names are translated back and forwarded.
-``rename_fields`` maps old result field names to new ones in ``structuredContent`` and in JSON text
-content. tools/list is rewritten to match (inputSchema, outputSchema). With ``notify`` the client is
-sent ``notifications/tools/list_changed`` when the drift happens, and ``listChanged`` is advertised.
+``rename_args`` maps old argument names to new ones; ``"auto"`` renames every argument of each matching
+tool, learnt from its ``inputSchema`` in tools/list (``device_id`` -> ``deviceId``, ``query`` ->
+``query_text``), the same names for the same seed on every run. A call with an old name is answered
+as the redeployed server would: ``reject = "tool_error"`` (the default) as the official SDK's server
+does and MCP 2025-11-25 asks (a tool result with ``isError``, pydantic's "Field required" text), and an
+old name for an optional argument is dropped as that server ignores it; ``reject = "invalid_params"``
+as a server that validates at the protocol layer does (JSON-RPC -32602, JSON Schema's wording). Calls
+with the new names are translated back and forwarded. ``rename_fields`` (a table, or ``"auto"`` from
+each tool's ``outputSchema``) renames result fields in ``structuredContent`` and in JSON text content.
+tools/list is rewritten to match (inputSchema, outputSchema). With ``notify`` the client is sent
+``notifications/tools/list_changed`` when the drift happens, and ``listChanged`` is advertised.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from random import Random
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import (
     Call,
@@ -31,6 +39,11 @@ from mcpfault.protocol.values import rename_keys
 from mcpfault.telemetry import names
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+AUTO = "auto"
+# What ``auto`` adds to a one-word name: the renames a redeploy makes (path -> path_name, id -> id_ref).
+_SUFFIXES = ("_name", "_value", "_ref", "_text")
+PYDANTIC_MISSING = "https://errors.pydantic.dev/2.12/v/missing"
+Renames = Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -42,60 +55,99 @@ class SchemaDrift(FaultBase):
     targets: ClassVar[frozenset[str]] = frozenset({"tools/call"})
     follows: ClassVar[frozenset[str]] = frozenset({"tools/list"})
     persistent: ClassVar[bool] = True
+    needs_tools: ClassVar[bool] = True  # schemas say which names are required, and what "auto" renames
 
-    # Old name -> new name.
-    rename_args: Mapping[str, str] | None = None
-    rename_fields: Mapping[str, str] | None = None
+    # Old name -> new name, or "auto": every name of the tool's schema, renamed from the seed.
+    rename_args: Mapping[str, str] | Literal["auto"] | None = None
+    rename_fields: Mapping[str, str] | Literal["auto"] | None = None
+    # How an old argument name is answered: as the SDK's server (a tool error) or as a protocol error.
+    reject: Literal["tool_error", "invalid_params"] = "tool_error"
     notify: bool = False
 
     def __post_init__(self) -> None:
         if not self.rename_args and not self.rename_fields:
-            raise ValueError('set rename_args, rename_fields or both, e.g. { device_id = "device" }', "type")
+            raise ValueError('set rename_args, rename_fields or both, e.g. { device_id = "device" } or "auto"', "type")
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
         notify = (LIST_CHANGED,) if self.notify and ctx.activating else ()
         if call.method == "tools/list":
             return Injection("rewrite_list", response=_json_step(lambda b: self._rewrite_list(b, ctx)), notify=notify)
-        return self._plan_call(call, notify)
+        return self._plan_call(call, ctx, notify)
 
     def handshake(self, call: Call) -> ResponseStep | None:
         if not self.notify:
             return None
         return _json_step(_advertise_list_changed)
 
-    def _plan_call(self, call: Call, notify: tuple[Mapping[str, Any], ...]) -> Injection:
-        renamed_results = _json_step(self._rename_result) if self.rename_fields else None
+    def _plan_call(self, call: Call, ctx: PlanContext, notify: tuple[Mapping[str, Any], ...]) -> Injection:
+        tool = call.target or ""
+        fields = self._renames(self.rename_fields, "outputSchema", tool, ctx)
+        renamed_results = _json_step(lambda b: _rename_result(b, fields)) if fields else None
         arguments = dict(call.arguments)
-        if self.rename_args:
-            stale_names = sorted(old for old in self.rename_args if old in arguments)
-            if stale_names:
-                expected = ", ".join(f"{old!r} is now {self.rename_args[old]!r}" for old in stale_names)
-                message = f"Invalid params for tool {call.target!r}: unexpected argument(s) ({expected})"
-                reply = jsonrpc.error_response(call.request_id, jsonrpc.INVALID_PARAMS, message)
-                return Injection("rename_args", reply=reply, notify=notify)
-            back = {new: old for old, new in self.rename_args.items()}
-            if any(name in back for name in arguments):
+        renames = self._renames(self.rename_args, "inputSchema", tool, ctx)
+        if renames:
+            stale_names = sorted(old for old in renames if old in arguments)
+            back = {new: old for old, new in renames.items()}
+            missing = self._missing(tool, renames, stale_names, arguments, ctx)
+            if missing or (stale_names and self.reject == "invalid_params"):
+                return Injection("rename_args", reply=self._rejection(call, missing, stale_names), notify=notify)
+            if stale_names or any(name in back for name in arguments):
+                # Old names the redeployed server does not know are ignored by it (optional arguments).
+                kept = {name: value for name, value in arguments.items() if name not in stale_names}
                 params = dict(call.params)
-                params["arguments"] = {back.get(name, name): value for name, value in arguments.items()}
+                params["arguments"] = {back.get(name, name): value for name, value in kept.items()}
                 upstream = {**call.body, "params": params}
                 return Injection("rename_args", upstream_request=upstream, response=renamed_results, notify=notify)
-        mode = "rename_fields" if self.rename_fields else "rename_args"
+        mode = "rename_fields" if fields else "rename_args"
         return Injection(mode, response=renamed_results, notify=notify)
 
-    def _rename_result(self, body: dict[str, Any]) -> None:
-        result = body.get("result")
-        if not isinstance(result, dict) or not self.rename_fields:
-            return
-        if "structuredContent" in result:
-            result["structuredContent"] = rename_keys(result["structuredContent"], self.rename_fields)
-        for item in result.get("content") or []:
-            if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
-                try:
-                    parsed = json.loads(item["text"])
-                except ValueError:
-                    continue
-                if isinstance(parsed, dict | list):
-                    item["text"] = json.dumps(rename_keys(parsed, self.rename_fields))
+    def _renames(
+        self, setting: Mapping[str, str] | str | None, schema_key: str, tool: str, ctx: PlanContext
+    ) -> Renames:
+        if setting is None:
+            return {}
+        if isinstance(setting, Mapping):
+            return setting
+        listed = ctx.tool(tool)
+        schema = listed.get(schema_key) if listed is not None else None
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        if not isinstance(properties, Mapping):
+            return {}
+        return auto_names([str(name) for name in properties], seed=ctx.seed, salt=f"{ctx.rule_name}:{tool}")
+
+    def _missing(
+        self, tool: str, renames: Renames, stale: list[str], arguments: Mapping[str, Any], ctx: PlanContext
+    ) -> list[str]:
+        """The new names the redeployed server requires and the call lacks (those it sent under old names,
+        or every required one the schema names)."""
+        listed = ctx.tool(tool)
+        schema = listed.get("inputSchema") if listed is not None else None
+        required = schema.get("required") if isinstance(schema, Mapping) else None
+        if not isinstance(required, list):  # schema unknown: a renamed argument that was sent was needed
+            return [renames[old] for old in stale]
+        renamed_required = [renames.get(name, name) for name in required if isinstance(name, str)]
+        return [name for name in renamed_required if name not in arguments]
+
+    def _rejection(self, call: Call, missing: list[str], stale: list[str]) -> dict[str, Any]:
+        tool = call.target or ""
+        if self.reject == "invalid_params":
+            problems = [f"{name!r} is a required property" for name in missing]
+            if stale:
+                unexpected = ", ".join(repr(name) for name in stale)
+                verb = "was" if len(stale) == 1 else "were"
+                problems.append(f"Additional properties are not allowed ({unexpected} {verb} unexpected)")
+            message = f"Invalid params for tool {tool!r}: " + "; ".join(problems)
+            return jsonrpc.error_response(call.request_id, jsonrpc.INVALID_PARAMS, message)
+        given = dict(call.arguments)
+        errors = "".join(
+            f"\n{name}\n  Field required [type=missing, input_value={given!r}, input_type=dict]\n"
+            f"    For further information visit {PYDANTIC_MISSING}"
+            for name in missing
+        )
+        count = len(missing)
+        plural = "s" if count != 1 else ""
+        text = f"Error executing tool {tool}: {count} validation error{plural} for {tool}Arguments{errors}"
+        return jsonrpc.tool_error_result(call.request_id, text, modern=call.modern)
 
     def _rewrite_list(self, body: dict[str, Any], ctx: PlanContext) -> None:
         result = body.get("result")
@@ -103,10 +155,52 @@ class SchemaDrift(FaultBase):
         for tool in tools if isinstance(tools, list) else []:
             if not isinstance(tool, dict) or not ctx.matches_tool(str(tool.get("name"))):
                 continue
-            if self.rename_args and isinstance(tool.get("inputSchema"), dict):
-                tool["inputSchema"] = _rename_schema(tool["inputSchema"], self.rename_args)
-            if self.rename_fields and isinstance(tool.get("outputSchema"), dict):
-                tool["outputSchema"] = _rename_schema(tool["outputSchema"], self.rename_fields)
+            name = str(tool.get("name"))
+            args = self._renames(self.rename_args, "inputSchema", name, ctx)
+            fields = self._renames(self.rename_fields, "outputSchema", name, ctx)
+            if args and isinstance(tool.get("inputSchema"), dict):
+                tool["inputSchema"] = _rename_schema(tool["inputSchema"], args)
+            if fields and isinstance(tool.get("outputSchema"), dict):
+                tool["outputSchema"] = _rename_schema(tool["outputSchema"], fields)
+
+
+def auto_names(names: list[str], *, seed: int, salt: str) -> dict[str, str]:
+    """New names for ``names``, as a redeploy renames them: snake_case <-> camelCase for compound names,
+    a suffix for one-word ones; chosen by a hash of the seed, so every run (and process) agrees."""
+    taken = set(names)
+    renames: dict[str, str] = {}
+    for name in names:
+        digest = hashlib.sha256(f"{seed}:{salt}:{name}".encode()).digest()
+        parts = [p for p in re.split(r"_|(?<=[a-z0-9])(?=[A-Z])", name) if p]
+        if len(parts) > 1 and digest[0] % 3:
+            new = (
+                parts[0].lower() + "".join(p[:1].upper() + p[1:] for p in parts[1:])
+                if "_" in name
+                else "_".join(p.lower() for p in parts)
+            )
+        else:
+            new = name + _SUFFIXES[digest[1] % len(_SUFFIXES)]
+        while new in taken:
+            new += "2"
+        taken.add(new)
+        renames[name] = new
+    return renames
+
+
+def _rename_result(body: dict[str, Any], names: Renames) -> None:
+    result = body.get("result")
+    if not isinstance(result, dict) or not names:
+        return
+    if "structuredContent" in result:
+        result["structuredContent"] = rename_keys(result["structuredContent"], names)
+    for item in result.get("content") or []:
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            try:
+                parsed = json.loads(item["text"])
+            except ValueError:
+                continue
+            if isinstance(parsed, dict | list):
+                item["text"] = json.dumps(rename_keys(parsed, names))
 
 
 def _json_step(edit: Callable[[dict[str, Any]], None]) -> ResponseStep:

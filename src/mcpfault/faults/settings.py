@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -69,18 +70,35 @@ def decode(cls: type[Any], table: Mapping[str, Any], report: Report, *, rule_key
     return instance
 
 
-def describe(hint: Any) -> str:
+def describe(hint: Any, quote: Callable[[Any], str] = repr) -> str:
+    """What a field may hold, in words; ``quote`` writes the allowed literals (``toml_value`` for a listing)."""
     origin = get_origin(hint)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(hint))
+        return "one of " + ", ".join(quote(a) for a in get_args(hint))
     if origin is tuple:
-        return f"a list of {describe(get_args(hint)[0])}"
+        inner = describe(get_args(hint)[0], quote)
+        return f"a list, each {inner}" if inner.startswith("one of") else f"a list of {inner}"
     if origin in (Mapping, dict) or origin is typing.Mapping:
         return "a table of string to string"
     if origin in (types.UnionType, typing.Union):
-        return " or ".join(describe(a) for a in get_args(hint) if a is not type(None))
+        return " or ".join(describe(a, quote) for a in get_args(hint) if a is not type(None))
     names = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
     return names.get(hint, str(hint))
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as it is written in a profile (TOML), for listings people copy from."""
+    if value is None:
+        return "(not set)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return str(value)
 
 
 def _coerce(hint: Any, raw: Any) -> tuple[Any, str | None]:

@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape
 
 from mcpfault.analysis.records import OUTCOMES, Outcome
 from mcpfault.analysis.summary import CellSummary, RecoveryStats, Summary
-from mcpfault.harness.formatting import milliseconds, percent
+from mcpfault.harness.formatting import interval, milliseconds, percent
 
 CHARTS = ("outcomes.svg", "silent.svg", "recovery.svg")
 
@@ -90,10 +90,6 @@ def _whisker(x0: float, x1: float, y: float, *, css: str, tooltip: str) -> str:
     path += f"M{_num(x1)} {_num(mid - cap)}V{_num(mid + cap)}"
     attrs: dict[str, str | float] = {"class": css, "d": path, "stroke": "#1a1a1a", "stroke-width": 1.5, "fill": "none"}
     return _el("path", attrs, f"<title>{xml(tooltip)}</title>")
-
-
-def _interval_text(bounds: tuple[float, float]) -> str:
-    return f"{math.floor(100 * bounds[0] + 1e-9)}-{math.ceil(100 * bounds[1] - 1e-9)}%"
 
 
 @dataclass(frozen=True)
@@ -221,7 +217,7 @@ def outcomes_chart(summary: Summary) -> str:
         if cell is not None:
             parts += _stacked_bar(layout, row, cell)
             low, high = cell.success_interval
-            tooltip = f"{cell.profile} / {cell.agent}: correct, 95% interval {_interval_text((low, high))}"
+            tooltip = f"{cell.profile} / {cell.agent}: correct, 95% interval {interval((low, high))}"
             parts.append(_whisker(layout.x(low), layout.x(high), row.y, css="interval", tooltip=tooltip))
     desc = (
         "Stacked bars: success, recovered, failed (detected) and failed (silent) as shares of each cell's tasks; "
@@ -252,7 +248,7 @@ def silent_chart(summary: Summary) -> str:
     groups = [(p, [c.agent for c in summary.cells_of(p)]) for p in summary.profiles]
     labels = {
         (c.profile, c.agent): f"{percent(c.failed_silent, c.tasks)} ({c.failed_silent} of {c.tasks}; "
-        f"95% {_interval_text(c.silent_interval)})"
+        f"95% {interval(c.silent_interval)})"
         for c in summary.cells
     }
     layout = _layout(groups, _agent_legend(summary), right=max(map(_text_w, labels.values())) + MARGIN + 8)
@@ -281,7 +277,7 @@ def silent_chart(summary: Summary) -> str:
             )
         )
         low, high = (layout.x(100 * bound / top) for bound in cell.silent_interval)
-        interval_tip = f"{cell.profile} / {cell.agent}: silent, 95% interval {_interval_text(cell.silent_interval)}"
+        interval_tip = f"{cell.profile} / {cell.agent}: silent, 95% interval {interval(cell.silent_interval)}"
         parts.append(_whisker(low, high, row.y, css="interval", tooltip=interval_tip))
         parts.append(_text(max(end, high) + 6, row.y + 12, labels[cell.profile, cell.agent]))
     desc = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from mcpfault.analysis.summary import CellSummary
 
 # ---------------------------------------------------------------------------------------------
@@ -24,6 +26,12 @@ def percent(part: int, whole: int) -> str:
     if rounded >= 100:
         return ">99%"
     return f"{rounded}%"
+
+
+def interval(bounds: tuple[float, float]) -> str:
+    """A 95% interval in whole percent: low rounded down, high rounded up, so it never looks narrower."""
+    low, high = bounds
+    return f"{math.floor(100 * low + 1e-9)}-{math.ceil(100 * high - 1e-9)}%"
 
 
 def success_cell(cell: CellSummary) -> str:

@@ -27,7 +27,7 @@ from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import HarnessMetrics
 
 # (profile, agent, session, task_index): a task's identity in a benchmark, as in TaskRecord.
-TaskKey = tuple[str, str, int, int]
+TaskKey = tuple[str, str, int, int, int]  # profile, agent, trial, session, task index
 
 DEFAULT_JOB = "mcpfault_bench"
 _USERINFO = re.compile(r"//[^/@]*@")  # credentials in a URL, kept out of error messages
@@ -50,7 +50,7 @@ def trace_ids_of(records: Iterable[TaskRecord]) -> dict[TaskKey, str]:
 
 
 def task_key(record: TaskRecord) -> TaskKey:
-    return (record.profile, record.agent, record.session, record.task_index)
+    return (record.profile, record.agent, record.trial, record.session, record.task_index)
 
 
 def record_bench_metrics(
@@ -70,7 +70,8 @@ def record_bench_metrics(
         trace_id = ids.get(task_key(record))
         metrics.record_outcome(record.profile, record.agent, record.outcome, trace_id)
         if record.recovery_s is not None and record.outcome == "recovered":
-            fault_type = record.fault_types[0] if record.fault_types else names.OTHER
+            # Under the fault that affected it (a recovered task has one), not one that only touched it.
+            fault_type = record.affected_types[0] if record.affected_types else names.OTHER
             metrics.observe_recovery(fault_type, record.recovery_s, trace_id)
         metrics.add_retries(record.profile, record.agent, record.retries)
         metrics.add_duplicates(record.profile, record.agent, record.duplicates)
@@ -123,6 +124,11 @@ class LiveMetrics:
         except (ValueError, OSError) as exc:
             raise UsageError(f"--metrics-addr {addr}: {exc}") from None
         return cls(metrics, server)
+
+    @property
+    def url(self) -> str | None:
+        """Where /metrics is served (the real port when 0 was asked for), or None."""
+        return self._server.url if self._server is not None else None
 
     def record(self, records: Sequence[TaskRecord]) -> None:
         if self._metrics is not None:

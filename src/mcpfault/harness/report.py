@@ -7,7 +7,6 @@ the same records always give the same bytes and a report can be diffed between r
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,7 +42,7 @@ from mcpfault.harness.charts import (
     silent_chart,
     xml,
 )
-from mcpfault.harness.formatting import duration, milliseconds, percent, success_cell
+from mcpfault.harness.formatting import duration, interval, milliseconds, percent, success_cell
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -207,8 +206,8 @@ def _session_length(meta: ReportMeta) -> list[str]:
         f"- **Session length:** {meta.session_tasks} tasks per session, each session a fresh proxy and mock "
         "server. A rule's `after` and `limit` count calls per session, so the session length shapes the "
         "faults: drift_input and drift_output start renaming after the 3rd call of every session, and the "
-        "shorter the sessions, the more tasks finish before the drift (naive drift_input: 2% correct with "
-        "sessions of 20 tasks, 85% with sessions of 1; `docs/results/session-length.md` has the sweep). "
+        "shorter the sessions, the more tasks finish before the drift, and the better an agent without "
+        "reconciliation looks (`docs/results/session-length.md` has a sweep of the session length). "
         "The outage and the bursts likewise sit at fixed calls of each session.",
     ]
 
@@ -271,12 +270,6 @@ def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
         ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
     ]
     return [(title, members) for title, members in groups if members]
-
-
-def interval(bounds: tuple[float, float]) -> str:
-    """A 95% interval in whole percent: low rounded down, high rounded up, so it never looks narrower."""
-    low, high = bounds
-    return f"{math.floor(100 * low + 1e-9)}-{math.ceil(100 * high - 1e-9)}%"
 
 
 def _intervals_section(summary: Summary) -> list[str]:

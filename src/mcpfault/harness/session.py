@@ -78,6 +78,10 @@ class SessionPlan:
     traces: bool = True  # spans from all three processes into out_dir; the judge joins them
     otlp_endpoint: str | None = None  # also export every process's spans there over OTLP/HTTP
     llm: LLMConfig | None = None  # the llm agent's model variant (agent is then its label)
+    # For experiments: more proxy options (--control), a pause between tasks, and when to stop early.
+    proxy_args: tuple[str, ...] = ()
+    pace_s: float = 0.0
+    stop_when: Callable[[], bool] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -111,7 +115,7 @@ def proxy_command(plan: SessionPlan) -> list[str]:
         proxy += ["--spans", str(plan.out_dir / traces.PROXY_SPANS), *tracing]
     if plan.proxy_seed is not None:
         proxy += ["--seed", str(plan.proxy_seed)]
-    return [*proxy, "--", *server]
+    return [*proxy, *plan.proxy_args, "--", *server]
 
 
 class SessionTrace:
@@ -261,6 +265,8 @@ async def _run_tasks(
                 usage = getattr(agent, "usage", None)  # the llm agent's token account, filled in as tasks run
                 await agent.start()
                 for spec in plan.tasks:
+                    if plan.stop_when is not None and plan.stop_when():
+                        break
                     if trace is not None:
                         client.span_parent = trace.start_task(spec)
                     result.runs.append(await _run_one(agent, client, spec))
@@ -268,6 +274,8 @@ async def _run_tasks(
                         trace.task_finished(spec.index)
                         client.span_parent = trace.context
                     on_task_done()
+                    if plan.pace_s:
+                        await anyio.sleep(plan.pace_s)
         except (UpstreamError, CallError) as exc:
             result.error = f"session {plan.session} of {plan.profile_name}/{plan.agent} broke: {exc}"
         finally:
@@ -282,7 +290,8 @@ async def _run_tasks(
     try:
         judged = judge_session(plan, world, result.runs, attempts, spans)
     except MCPFaultError as exc:
-        result.error = str(exc)
+        # A session that broke first keeps its own reason: the missing state is a consequence of it.
+        result.error = str(exc) if result.error is None else f"{result.error} (and nothing could be judged: {exc})"
     else:
         result.records, result.join_mismatches = judged.records, judged.mismatches
         if usage is not None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 import json
 import math
-from typing import Any, NamedTuple
+import re
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -135,6 +136,43 @@ def valid_id(value: object) -> bool:
 def id_key(request_id: object) -> tuple[bool, object]:
     """A dict key that keeps ``1`` and ``"1"`` apart, as JSON-RPC does (``1`` and ``1.0`` are one id)."""
     return (request_id.__class__ is str, request_id)
+
+
+_PARAMS_OPEN: Final = re.compile(rb'"params"\s*:\s*\{')
+_META_OPEN: Final = re.compile(rb'"_meta"\s*:\s*\{')
+_PLAIN_STRING: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")  # printable ASCII, no quote, no backslash
+
+
+def with_meta_string(line: bytes, params: object, key: str, value: str) -> bytes | None:
+    """``line`` (a request's bytes) with ``params._meta[key] = value``, edited as bytes: the rest of the
+    line stays as the peer wrote it, and nothing is parsed or encoded again.
+
+    ``params`` is the request's parsed ``params``. None when the edit cannot be made safely from the
+    text alone (the key or the old value appears more than once, an escape is involved, no ``params``
+    object): the caller then encodes the changed request instead.
+    """
+    if not isinstance(params, dict) or not _PLAIN_STRING.fullmatch(key) or not _PLAIN_STRING.fullmatch(value):
+        return None
+    new = f'"{key}":"{value}"'.encode()
+    meta = params.get("_meta")
+    if meta is None:
+        if line.count(b'"params"') != 1 or (found := _PARAMS_OPEN.search(line)) is None:
+            return None
+        insert = b'"_meta":{' + new + (b"}," if params else b"}")
+        return line[: found.end()] + insert + line[found.end() :]
+    if not isinstance(meta, dict):
+        return None
+    old = meta.get(key)
+    if old is None:
+        if key in meta or line.count(b'"_meta"') != 1 or (found := _META_OPEN.search(line)) is None:
+            return None
+        return line[: found.end()] + new + (b"," if meta else b"") + line[found.end() :]
+    if not isinstance(old, str) or not _PLAIN_STRING.fullmatch(old):
+        return None
+    quoted = f'"{old}"'.encode()
+    if line.count(quoted) != 1:
+        return None
+    return line.replace(quoted, f'"{value}"'.encode())
 
 
 def encode(message: dict[str, Any]) -> bytes:

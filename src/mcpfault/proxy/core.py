@@ -21,7 +21,7 @@ import structlog
 from mcpfault.faults.base import Call, Delivery, HttpBehaviour, ProcessBehaviour
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
-from mcpfault.protocol.eras import HANDSHAKE_METHODS, Era, EraTracker
+from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 
@@ -111,6 +111,7 @@ class Stats:
     faults: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (rule, type, mode)
     received: Counter[str] = field(default_factory=Counter)  # what clients got, for faulted requests
     opaque: Counter[str] = field(default_factory=Counter)  # unparsable lines, by direction
+    modern_requests: int = 0  # requests carrying the 2026-07-28 _meta envelope; the rest are 2025-11-25
     upstream_exit_code: int | None = None
     unanswered_at_exit: int = 0
 
@@ -173,6 +174,13 @@ class ProxyCore:
         assert body is not None
         method = body["method"]
         self.stats.requests[method] += 1
+        params = body.get("params")
+        if method == "server/discover" or (
+            params.__class__ is dict
+            and (meta := params.get("_meta")).__class__ is dict
+            and META_PROTOCOL_VERSION in meta
+        ):
+            self.stats.modern_requests += 1
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
@@ -222,12 +230,38 @@ class ProxyCore:
                 emits.append(Emit(To.CLIENT, delivery.data, delivery.delay_s, answers=_held_id(call, delivery)))
             return emits
         upstream_body = decision.upstream_request
-        if self._propagate:
-            upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
-        upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
+        if self._propagate and upstream_body is None:
+            upstream = self._with_context_line(line, body, tokens)
+        else:
+            if self._propagate:
+                upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
+            upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
         emits.append(Emit(To.SERVER, upstream, http=http, process=process))
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
+
+    def _with_context_line(self, line: bytes, body: dict[str, Any], tokens: tuple[Any, ...]) -> bytes:
+        """The client's line with the proxy's trace context in ``params._meta``.
+
+        When only ``traceparent`` changes (the usual case) the line is edited as bytes, which costs a
+        fraction of encoding the request again and leaves every other byte as the client wrote it.
+        """
+        written: dict[str, Any] = {}  # what the observers write, merged over the client's _meta below
+        changed = False
+        for observer, token in zip(self._observers, tokens, strict=True):
+            changed = observer.propagate(token, written) or changed
+        if not changed:
+            return line
+        params = body.get("params")
+        traceparent = written.get("traceparent")
+        if len(written) == 1 and isinstance(traceparent, str):
+            edited = jsonrpc.with_meta_string(line, params, "traceparent", traceparent)
+            if edited is not None:
+                return edited
+        old = params.get("_meta") if isinstance(params, Mapping) else None
+        changed_params = dict(params) if isinstance(params, Mapping) else {}
+        changed_params["_meta"] = {**old, **written} if isinstance(old, Mapping) else written
+        return jsonrpc.encode({**body, "params": changed_params})
 
     def _with_context(self, body: Mapping[str, Any], tokens: tuple[Any, ...]) -> Mapping[str, Any] | None:
         """The request with the proxy's trace context in ``params._meta``, so the server's spans nest under ours."""
@@ -350,6 +384,9 @@ class ProxyCore:
         self.stats.upstream_exit_code = exit_code
         for observer in self._observers:
             observer.upstream_exited(exit_code)
+        for held in list(self._held_events.values()):  # answers held back go out now, as the transport ends
+            self._write_event(held.record, held.started)
+        self._held_events.clear()
         for unanswered in self._server_requests.values():
             self._record(unanswered, Delivery(None), upstream_contacted=True, received="upstream_exited", event=False)
         self._server_requests.clear()
@@ -545,7 +582,7 @@ class ProxyCore:
             record["error_code"] = error_code
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
-        if _held_id(call, delivery) is not None and delivery.data is not None:
+        if delay_s > 0 and delivery.data is not None and call.request_id is not None:
             # The client gets this answer only after the delay: the event waits for it (or for a cancel).
             key = jsonrpc.id_key(call.request_id)
             earlier = self._held_events.pop(key, None)
@@ -555,7 +592,7 @@ class ProxyCore:
             return
         # An answer held back under a null id cannot be told apart when it goes out: its event is
         # written now, with the delay the client waits on top.
-        self._write_event(record, pending.started, later_s=delivery.delay_s if delivery.data is not None else 0.0)
+        self._write_event(record, pending.started, later_s=delay_s if delivery.data is not None else 0.0)
 
     def _write_event(self, record: dict[str, Any], started: float, *, later_s: float = 0.0) -> None:
         assert self._events is not None

@@ -83,7 +83,7 @@ class Sessions:
         if found is not None:
             self._sessions.move_to_end(session_id)
             return found
-        engine = Engine(self.profile, transport=HTTP, in_session=True, live=self.live)
+        engine = Engine(self.profile, transport=HTTP, in_session=True, live=self.live, session_id=session_id)
         core = ProxyCore(
             engine,
             events=self._events,

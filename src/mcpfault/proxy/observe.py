@@ -17,12 +17,29 @@ from opentelemetry.trace import SpanKind
 
 from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
+from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Ending, SpanHandle, SpanRecorder
+from mcpfault.telemetry.fastspans import (
+    EncodedAttributes,
+    Ending,
+    SharedAttributes,
+    SpanHandle,
+    SpanRecorder,
+    encode_attributes,
+)
 from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import span_name
+
+# On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP
+# conventions, as HTTP's 4xx on server spans): the code is recorded, the span is no error.
+_CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
+
+_SERVER = KIND_TO_OTLP[SpanKind.SERVER]
+_MAX_ENDINGS = 4096
 
 # What the HTTP transport itself can give a client instead of an answer; each is its own error.type
 # (as is what an HTTP fault gives: its behaviour's ``received``).
@@ -50,9 +67,13 @@ class TelemetryObserver:
         transport: str = names.NETWORK_TRANSPORT_PIPE,
         attributes: Mapping[str, Any] | None = None,
         propagate: bool = True,
+        session_id: str | None = None,
     ) -> None:
         self._recorder = recorder
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
+        # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
+        # mcp.session.id on 2026-07-28 traffic, which has no sessions.
+        self._session_id = session_id
         self._metrics = metrics
         self._transport = transport
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
@@ -60,16 +81,15 @@ class TelemetryObserver:
         self._clock = _Clock()
         # The attributes every span of a direction starts with: built once, shared, never mutated.
         fixed = self._attributes or {}
-        self._from_client = {
-            names.NETWORK_TRANSPORT: transport,
-            names.DIRECTION: names.DIRECTION_CLIENT_TO_SERVER,
-            **fixed,
-        }
-        self._from_server = {
-            names.NETWORK_TRANSPORT: transport,
-            names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT,
-            **fixed,
-        }
+        self._from_client = SharedAttributes(
+            {names.NETWORK_TRANSPORT: transport, names.DIRECTION: names.DIRECTION_CLIENT_TO_SERVER, **fixed}
+        )
+        self._from_server = SharedAttributes(
+            {names.NETWORK_TRANSPORT: transport, names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT, **fixed}
+        )
+        # The endings' attributes, encoded, by what they depend on: most requests end alike, and only
+        # the request id differs. Used on the span writer's thread only; bounded.
+        self._endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
 
     def started(
         self, call: Call, decision: Decision, started: float, *, from_server: bool = False
@@ -85,8 +105,8 @@ class TelemetryObserver:
         if isinstance(meta, dict):
             traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
         return self._recorder.start(
-            span_name(call.method, call.target if call.method == "tools/call" else None),
-            SpanKind.SERVER,
+            "",  # named by _ending, on the span writer's thread
+            _SERVER,
             traceparent,
             self._from_server if from_server else self._from_client,
             self._clock.unix_ns(started),
@@ -94,12 +114,10 @@ class TelemetryObserver:
         )
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
-        # meta is the client's _meta copied: its tracestate and baggage pass through as they were.
+        # Only traceparent changes: the client's tracestate and baggage pass through as they were.
         if not isinstance(token, SpanHandle) or not self._propagates:
             return False
         meta["traceparent"] = token.traceparent()
-        if token.tracestate:
-            meta["tracestate"] = token.tracestate
         return True
 
     def finished(self, token: Any, outcome: Finished) -> None:
@@ -132,24 +150,26 @@ class TelemetryObserver:
     def _ending(self, outcome: Finished) -> Ending:
         """The span's attributes, events and status; runs on the span writer's thread."""
         call = outcome.call
-        attributes: dict[str, Any] = {
-            names.MCP_METHOD_NAME: call.method,
-            names.JSONRPC_REQUEST_ID: str(call.request_id),
-        }
-        if call.method == "tools/call" and call.target is not None:
-            attributes[names.GEN_AI_TOOL_NAME] = call.target
-            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
-        if outcome.decision.applied:
-            first = outcome.decision.applied[0]
-            attributes[names.FAULT_TYPE] = first.type_name
-            attributes[names.FAULT_MODE] = first.mode
-            attributes[names.FAULT_RULE] = first.rule
-        attributes[names.UPSTREAM_CONTACTED] = outcome.upstream_contacted
-        attributes[names.CLIENT_RECEIVED] = outcome.received
-        if outcome.protocol_version:
-            attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
-        if outcome.generation is not None:
-            attributes[names.SERVER_GENERATION] = outcome.generation
+        target = call.target if call.method == "tools/call" else None
+        first = outcome.decision.applied[0] if outcome.decision.applied else None
+        key = (
+            call.method,
+            target,
+            (first.type_name, first.mode, first.rule) if first is not None else None,
+            outcome.upstream_contacted,
+            outcome.received,
+            outcome.protocol_version,
+            outcome.error_code,
+            outcome.generation,
+        )
+        cached = self._endings.get(key)
+        if cached is None:
+            if len(self._endings) >= _MAX_ENDINGS:
+                self._endings.clear()
+            cached = self._endings[key] = self._shared_ending(outcome, target)
+        shared, error, name = cached
+        request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
+        attributes = EncodedAttributes([*shared, request_id])
         events: list[tuple[str, int, dict[str, Any]]] = []
         if outcome.upstream_contacted:
             events.append((names.EVENT_UPSTREAM_SENT, self._clock.unix_ns(outcome.started), {}))
@@ -169,18 +189,44 @@ class TelemetryObserver:
             if change.rule is not None:
                 note[names.FAULT_RULE] = change.rule
             events.append((names.EVENT_CONTROL, self._clock.unix_ns(outcome.started), note))
+        # The client gets the answer after any injected delay: that is when the request ends for it.
+        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
+
+    def _shared_ending(self, outcome: Finished, target: str | None) -> tuple[EncodedAttributes, tuple[str] | None, str]:
+        """What every request ending like ``outcome`` has in common: attributes but the request id,
+        the status, the name."""
+        call = outcome.call
+        attributes: dict[str, Any] = {names.MCP_METHOD_NAME: call.method}
+        if target is not None:
+            attributes[names.GEN_AI_TOOL_NAME] = target
+            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+        if outcome.decision.applied:
+            first = outcome.decision.applied[0]
+            attributes[names.FAULT_TYPE] = first.type_name
+            attributes[names.FAULT_MODE] = first.mode
+            attributes[names.FAULT_RULE] = first.rule
+        attributes[names.UPSTREAM_CONTACTED] = outcome.upstream_contacted
+        attributes[names.CLIENT_RECEIVED] = outcome.received
+        if outcome.protocol_version:
+            attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
+        if outcome.generation is not None:
+            attributes[names.SERVER_GENERATION] = outcome.generation
+        if self._session_id is not None and outcome.protocol_version not in MODERN_VERSIONS:
+            attributes[names.MCP_SESSION_ID] = self._session_id
         error: tuple[str] | None = None
+        if outcome.error_code is not None:
+            attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
         error_type = _error_type(outcome)
         if error_type is not None:
             attributes[names.ERROR_TYPE] = error_type
-            if outcome.error_code is not None:
-                attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
             error = (outcome.received,)
-        # The client gets the answer after any injected delay: that is when the request ends for it.
-        return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s)
+        return encode_attributes(attributes), error, span_name(call.method, target)
 
 
 def _error_type(outcome: Finished) -> str | None:
+    """The SERVER span's ``error.type``; None when the request did not fail as the conventions see it."""
+    if outcome.received == "error" and outcome.error_code in _CLIENT_MISTAKES:
+        return None
     if outcome.received in ("error", "upstream_exited", "server_restarted"):
         return str(outcome.error_code) if outcome.error_code is not None else names.OTHER
     if outcome.received == "tool_error":

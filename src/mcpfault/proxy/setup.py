@@ -85,6 +85,12 @@ class ProxyTelemetry:
             except (ValueError, OSError) as exc:
                 raise UsageError(f"--metrics-addr {metrics_addr}: {exc}") from None
         network = names.NETWORK_TRANSPORT_TCP if transport == "http" else names.NETWORK_TRANSPORT_PIPE
+        if transport == "http":  # on stdio there is no network protocol to name
+            attributes = {
+                names.NETWORK_PROTOCOL_NAME: names.NETWORK_PROTOCOL_HTTP,
+                names.NETWORK_PROTOCOL_VERSION: names.NETWORK_PROTOCOL_HTTP_VERSION,
+                **(attributes or {}),
+            }
         propagate = settings is None or settings.propagate
         result.observer = TelemetryObserver(
             result.recorder, proxy_metrics, transport=network, attributes=attributes, propagate=propagate
@@ -93,21 +99,23 @@ class ProxyTelemetry:
         return result
 
     def observers_for(self, session_id: str | None) -> list[Any]:
-        """The observers of one HTTP session's requests: its spans carry ``mcp.session.id``."""
+        """The observers of one HTTP session's requests: their 2025-11-25 spans carry ``mcp.session.id``."""
         if self.observer is None:
             return []
         if session_id is None or self.recorder is None:
             return [self.observer]
         from mcpfault.proxy.observe import TelemetryObserver
-        from mcpfault.telemetry import names
 
         proxy_metrics, network, attributes, propagate = self._observer_args
-        attributes = {**attributes, names.MCP_SESSION_ID: session_id}
-        return [
-            TelemetryObserver(
-                self.recorder, proxy_metrics, transport=network, attributes=attributes, propagate=propagate
-            )
-        ]
+        observer = TelemetryObserver(
+            self.recorder,
+            proxy_metrics,
+            transport=network,
+            attributes=attributes,
+            propagate=propagate,
+            session_id=session_id,
+        )
+        return [observer]
 
     def close(self) -> None:
         if self.recorder is not None:

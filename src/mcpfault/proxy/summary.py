@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TextIO
 
-from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
 from mcpfault.proxy.core import Stats
@@ -17,6 +16,15 @@ class Decider(Protocol):
     def profile(self) -> Profile: ...
 
     def counters(self) -> list[tuple[str, int, int]]: ...
+
+
+def _eras(total: int, modern: int, era: EraTracker) -> str:
+    """Both eras when both were seen (an HTTP proxy serves clients of each), else the one."""
+    if not total:
+        return f"era {era.era.value}"
+    if 0 < modern < total:
+        return f"eras legacy {total - modern}, modern {modern}"
+    return "era modern" if modern else f"era {era.era.value}"
 
 
 def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO, *, supervisor: Any = None) -> None:
@@ -33,20 +41,23 @@ def render(stats: Stats, engine: Decider, era: EraTracker, out: TextIO, *, super
     table.add_column("injected", justify="right")
     table.add_column("share of matched", justify="right")
     matched = {name: count for name, count, _ in engine.counters()}
+    persistent = {rule.name for rule in engine.profile.rules if rule.fault.persistent}
     for (rule, type_name, mode), count in sorted(stats.faults.items()):
         seen = matched.get(rule, 0)
-        fault_type = CATALOG.get(type_name)
-        # A persistent fault applies to every call once in force: a share of matched would mislead.
-        share = f"{100 * count / seen:.0f}%" if seen and fault_type is not None and not fault_type.persistent else "-"
+        if rule in persistent:
+            # A drift stays in force from the call it first fired on: every later call is changed.
+            share = f"in force from call {seen}" if seen else "-"
+        else:
+            share = f"{100 * count / seen:.0f}%" if seen else "-"
         table.add_row(rule, type_name, mode, str(count), share)
     if not stats.faults:
         table.add_row("(none)", "-", "-", "0", "-")
     console.print(table)
-    received = ", ".join(f"{k} {v}" for k, v in sorted(stats.received.items())) or "-"
+    received = ", ".join(f"{k} {v}" for k, v in sorted(stats.received.items()) if v)
     methods = ", ".join(f"{m} {c}" for m, c in stats.requests.most_common()) or "-"
     lines = [
-        f"requests {total} ({methods}); era {era.era.value}, protocol {version}",
-        f"faulted requests: client received {received}",
+        f"requests {total} ({methods}); {_eras(total, stats.modern_requests, era)}, protocol {version}",
+        f"faulted requests: client received {received}" if received else "faulted requests: none",
     ]
     if stats.opaque:
         lines.append("unparsable lines relayed untouched: " + ", ".join(f"{d} {n}" for d, n in stats.opaque.items()))

@@ -26,6 +26,8 @@ JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"  # always a string, even for nu
 RPC_RESPONSE_STATUS_CODE: Final = "rpc.response.status_code"
 ERROR_TYPE: Final = "error.type"  # JSON-RPC code as a string, ERROR_TYPE_TOOL_ERROR, or OTHER
 NETWORK_TRANSPORT: Final = "network.transport"
+NETWORK_PROTOCOL_NAME: Final = "network.protocol.name"  # "http" over Streamable HTTP; unset on stdio
+NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
 SERVER_ADDRESS: Final = "server.address"  # behind a proxy: the real server, not the proxy
 SERVER_PORT: Final = "server.port"
 CLIENT_ADDRESS: Final = "client.address"
@@ -35,6 +37,8 @@ GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name o
 ERROR_TYPE_TOOL_ERROR: Final = "tool_error"  # a result with isError: true
 NETWORK_TRANSPORT_PIPE: Final = "pipe"  # stdio
 NETWORK_TRANSPORT_TCP: Final = "tcp"  # Streamable HTTP
+NETWORK_PROTOCOL_HTTP: Final = "http"
+NETWORK_PROTOCOL_HTTP_VERSION: Final = "1.1"  # what the proxy's HTTP server speaks (http_server.py)
 OTHER: Final = "_OTHER"  # the conventions' catch-all; also our Prometheus label overflow value
 
 # --- OpenTelemetry attributes: mcpfault's own ---------------------------------------------------
@@ -246,3 +250,22 @@ LLM_RETRY_AFTER_S: Final = "mcpfault.llm.retry_after_s"  # on a failed try: how 
 LLM_REPLAYED: Final = "mcpfault.llm.replayed"  # True: the answer came from a recording, not a model
 LLM_COST_USD: Final = "mcpfault.llm.cost_usd"  # estimated from the price table; absent for an unknown model
 LLM_HINTS: Final = "mcpfault.llm.reliability_hints"  # on task spans of the llm agent: was the model told
+
+# ===== experiments (mcpfault experiment run) =====================================================
+# The experiment is a root span, each action a child; every state transition is a span event.
+EXPERIMENT_SERVICE: Final = "mcpfault-experiment"
+EXPERIMENT_SCOPE: Final = "mcpfault.experiment"
+EXPERIMENT_SPAN: Final = "mcpfault.experiment"
+EXPERIMENT_ACTION_SPAN: Final = "mcpfault.experiment.action"
+EXPERIMENT_ID: Final = "mcpfault.experiment.id"
+EXPERIMENT_TITLE: Final = "mcpfault.experiment.title"
+EXPERIMENT_ACTION_ID: Final = "mcpfault.experiment.action_id"
+EVENT_EXPERIMENT_STATE: Final = "mcpfault.experiment.state_change"
+EXPERIMENT_STATE_ATTR: Final = "mcpfault.experiment.state"
+EXPERIMENT_REASON: Final = "mcpfault.experiment.reason"
+# Metrics: the experiment's state (1 for the current one), and action transitions by state.
+LABEL_STATE: Final = "state"
+EXPERIMENT_STATE: Final = "mcpfault_experiment_state"
+EXPERIMENT_STATE_LABELS: Final = (LABEL_STATE,)
+EXPERIMENT_ACTIONS_TOTAL: Final = "mcpfault_experiment_actions_total"
+EXPERIMENT_ACTIONS_TOTAL_LABELS: Final = (LABEL_STATE,)

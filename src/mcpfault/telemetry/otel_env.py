@@ -177,7 +177,9 @@ def read(otlp_endpoint: str | None = None, environ: Mapping[str, str] | None = N
             "(otlp, the default) or not at all (none); files are written with --spans"
         )
     url = traces_url(otlp_endpoint, env)
-    export = None if url is None or exporter == "none" else otlp_export(url, env)
+    # none turns off the environment's endpoint; an endpoint given explicitly (--otlp-endpoint) still counts.
+    off = exporter == "none" and not (otlp_endpoint and otlp_endpoint.strip())
+    export = None if url is None or off else otlp_export(url, env)
     return OtelSettings(
         disabled=disabled,
         export=export,

@@ -8,6 +8,7 @@ headers, as the MCP conventions ask.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -18,7 +19,9 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-_HEX: Final = frozenset("0123456789abcdef")
+_TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_ZERO_TRACE: Final = "0" * 32
+_ZERO_SPAN: Final = "0" * 16
 _MAX_TRACESTATE: Final = 512  # the W3C limit on the header's length
 
 
@@ -45,12 +48,11 @@ def parse_traceparent(value: object) -> ParentContext | None:
     """
     if not isinstance(value, str) or len(value) != 55:
         return None
-    if value[2] != "-" or value[35] != "-" or value[52] != "-" or value[:2] != "00":
+    found = _TRACEPARENT.fullmatch(value)
+    if found is None:
         return None
-    trace_id, span_id, flags = value[3:35], value[36:52], value[53:55]
-    if not _HEX.issuperset(trace_id) or not _HEX.issuperset(span_id) or not _HEX.issuperset(flags):
-        return None
-    if trace_id == "0" * 32 or span_id == "0" * 16:
+    trace_id, span_id, flags = found.groups()
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
     return ParentContext(trace_id, span_id, flags)
 

@@ -1,0 +1,128 @@
+"""Probes: small callables of one signature, ``(spec, window) -> value``, each measuring one figure.
+
+A value of None means "nothing to measure" (no request in the window, Prometheus had no series, the
+command timed out): it never satisfies a hypothesis, and it never fires a stop condition.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mcpfault.analysis.records import TaskRecord
+from mcpfault.experiments.plan import ProbeSpec
+
+SUCCESS = frozenset({"response"})  # what a client receiving an answer to its request got
+TASK_SUCCESS = frozenset({"success", "recovered"})
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What a probe looks at: wall-clock seconds [start, end], the proxy's events, tasks judged so far."""
+
+    start: float
+    end: float
+    events_path: Path
+    tasks: Sequence[tuple[float, TaskRecord]] = field(default=())  # (finished at, record)
+
+
+Probe = Callable[[ProbeSpec, Window], Any]
+
+
+def requests_in(window: Window) -> list[dict[str, Any]]:
+    """The proxy's request events that ended inside the window (control lines left out)."""
+    try:
+        lines = window.events_path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the line being written
+        if "request_id" not in record:
+            continue
+        at = event_time(record)
+        if window.start <= at <= window.end:
+            found.append(record)
+    return found
+
+
+def event_time(record: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(record["time"])).timestamp()
+
+
+def metric(spec: ProbeSpec, window: Window) -> Any:
+    if spec.metric in ("task_success_rate", "silent_failure_rate"):
+        outcomes = [r.outcome for at, r in window.tasks if window.start <= at <= window.end]
+        if not outcomes:
+            return None
+        wanted = TASK_SUCCESS if spec.metric == "task_success_rate" else frozenset({"failed_silent"})
+        return round(sum(o in wanted for o in outcomes) / len(outcomes), 4)
+    requests = requests_in(window)
+    if spec.metric == "faults_injected":
+        return sum(1 for r in requests if r.get("fault_type"))
+    if spec.metric == "request_rate":
+        return round(len(requests) / max(window.end - window.start, 1e-9), 3)
+    if not requests:
+        return None
+    if spec.metric == "error_rate":
+        return round(sum(r.get("client_received") not in SUCCESS for r in requests) / len(requests), 4)
+    durations = sorted(float(r.get("duration_s", 0.0)) + float(r.get("delay_s", 0.0)) for r in requests)
+    return round(durations[min(len(durations) - 1, int(0.95 * len(durations)))], 6)  # p95_duration_s
+
+
+def promql(spec: ProbeSpec, window: Window) -> Any:
+    assert spec.prometheus is not None and spec.query is not None
+    query = urllib.parse.urlencode({"query": spec.query, "time": f"{window.end:.3f}"})
+    url = f"{spec.prometheus.rstrip('/')}/api/v1/query?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=spec.timeout_s) as response:
+            answer = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    result = answer.get("data", {}).get("result", [])
+    if not result:
+        return None
+    value = result[0].get("value", [None, None])[1]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def http(spec: ProbeSpec, _window: Window) -> Any:
+    assert spec.url is not None
+    try:
+        with urllib.request.urlopen(spec.url, timeout=spec.timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def command(spec: ProbeSpec, _window: Window) -> Any:
+    try:
+        done = subprocess.run(spec.command, capture_output=True, timeout=spec.timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    except OSError:
+        return 127
+    return done.returncode
+
+
+PROBES: dict[str, Probe] = {"metric": metric, "promql": promql, "http": http, "command": command}
+
+
+def measure(spec: ProbeSpec, window: Window) -> Any:
+    return PROBES[spec.probe](spec, window)

@@ -1,0 +1,60 @@
+"""Determinism in full: every bundled profile x the scripted agents, run twice, the same per-task outcomes
+and the same fault sequences. The ablation agents run on storm, the profile with every fault type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcpfault.harness.agents.policies import AGENT_NAMES
+from mcpfault.harness.bench import BenchConfig, plan_sessions, run_bench
+from mcpfault.mock.world import World
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = tuple(sorted((ROOT / "profiles").glob("*.toml")))
+MAIN_AGENTS = ("naive", "retry-only", "resilient")
+ABLATIONS = tuple(a for a in AGENT_NAMES if a not in MAIN_AGENTS)
+WORLD = World.generate(3)
+
+
+def run(out: Path, profiles: tuple[Path, ...], agents: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    config = BenchConfig(
+        profiles=profiles, agents=agents, out_dir=out, tasks=8, session_tasks=8, seed=3, jobs=4, traces=True
+    )
+
+    async def main() -> Any:
+        with anyio.fail_after(300):
+            return await run_bench(config, plan_sessions(config, WORLD), WORLD, lambda: None)
+
+    result = anyio.run(main)
+    assert result.errors == [], result.errors
+    return sorted(
+        (
+            r.profile,
+            r.agent,
+            r.task_index,
+            r.outcome,
+            r.failure,
+            r.fault_modes,
+            r.affected_types,
+            r.touched_no_effect,
+            r.attempts,
+            r.retries,
+            r.duplicates,
+        )
+        for r in result.records
+    )
+
+
+@pytest.mark.parametrize(
+    ("profiles", "agents"), [(PROFILES, MAIN_AGENTS), ((ROOT / "profiles" / "storm.toml",), ABLATIONS)]
+)
+def test_the_same_seed_gives_the_same_tasks_and_faults(tmp_path: Path, profiles, agents):
+    first, second = run(tmp_path / "a", profiles, agents), run(tmp_path / "b", profiles, agents)
+    assert len(first) == len(profiles) * len(agents) * 8
+    assert first == second
+    assert any(row[5] for row in first)  # faults fired: the comparison is not of empty sequences

@@ -1,0 +1,92 @@
+"""The experiment probes against real things: a Prometheus, an HTTP server, a command, the proxy's events."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from mcpfault.experiments import probes
+from mcpfault.experiments.plan import ProbeSpec, Tolerance
+from tests.http_support import free_port, serve_in_thread, server_url
+from tests.prometheus_support import PROMETHEUS, prometheus
+
+ANY = Tolerance(exact=0)
+
+
+def window(path: Path, start: float = 0.0, end: float = 4e9) -> probes.Window:
+    return probes.Window(start, end, path)
+
+
+def test_metric_probes_read_the_proxys_events(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    now = time.time()
+
+    def line(at: float, received: str, fault: str | None = None, duration_s: float = 0.01) -> str:
+        stamp = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+        record = {"time": stamp, "request_id": at, "client_received": received, "fault_type": fault}
+        return json.dumps({**record, "duration_s": duration_s})
+
+    lines = [line(now - 10, "error", "error")]  # outside the window below
+    lines += [line(now - 1 + i / 100, "response", duration_s=i / 100) for i in range(90)]
+    lines += [line(now - 0.05, "error", "error") for _ in range(10)]
+    lines.append(json.dumps({"time": datetime.fromtimestamp(now, UTC).isoformat(), "control": "off", "version": 3}))
+    events.write_text("\n".join(lines) + "\n")
+    recent = window(events, now - 2, now + 1)
+
+    def value(metric: str) -> object:
+        return probes.measure(ProbeSpec("p", "metric", ANY, metric=metric), recent)
+
+    assert value("error_rate") == 0.1
+    assert value("faults_injected") == 10
+    assert value("request_rate") == round(100 / 3, 3)
+    assert value("p95_duration_s") == 0.85
+    assert probes.measure(ProbeSpec("p", "metric", ANY, metric="error_rate"), window(events, 0, 1)) is None  # no data
+
+
+def test_http_and_command_probes(tmp_path: Path) -> None:
+    class Unavailable(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(503 if self.path == "/down" else 204)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    with serve_in_thread(Unavailable) as server:
+        up = ProbeSpec("up", "http", Tolerance(exact=204), url=server_url(server, "/"))
+        down = ProbeSpec("down", "http", Tolerance(exact=204), url=server_url(server, "/down"))
+        assert probes.measure(up, window(tmp_path)) == 204
+        assert probes.measure(down, window(tmp_path)) == 503
+    nothing = ProbeSpec("gone", "http", ANY, url=f"http://127.0.0.1:{free_port()}/", timeout_s=1)
+    assert probes.measure(nothing, window(tmp_path)) is None
+    exit_3 = ProbeSpec("c", "command", ANY, command=(sys.executable, "-c", "raise SystemExit(3)"))
+    assert probes.measure(exit_3, window(tmp_path)) == 3
+    slow = ProbeSpec("c", "command", ANY, command=(sys.executable, "-c", "import time; time.sleep(5)"), timeout_s=0.3)
+    assert probes.measure(slow, window(tmp_path)) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PROMETHEUS.exists(), reason="Debian's prometheus package is not installed (make setup)")
+def test_a_promql_probe_asks_a_real_prometheus(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: self\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+    )
+    with prometheus(port, config, tmp_path / "tsdb") as url:
+        spec = ProbeSpec("up", "promql", Tolerance(exact=1.0), query='up{job="self"}', prometheus=url)
+        deadline = time.monotonic() + 20
+        value = None
+        while value is None and time.monotonic() < deadline:
+            value = probes.measure(spec, probes.Window(0, time.time(), tmp_path / "none"))
+            time.sleep(0.3)
+        assert value == 1.0 and spec.tolerance.holds(value)
+        missing = ProbeSpec("m", "promql", ANY, query="no_such_metric", prometheus=url)
+        assert probes.measure(missing, probes.Window(0, time.time(), tmp_path / "none")) is None
