@@ -64,9 +64,12 @@ bpftrace:
 	else echo "make test: run as root once, or: sudo apt-get install bpftrace" >&2; fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -d /sys/kernel/tracing/events ]; then mount -t tracefs nodev /sys/kernel/tracing; fi
 
-$(STAMP): pyproject.toml
+# The Chaos Toolkit extension is its own distribution (integrations/chaostoolkit-mcpfault), installed
+# editable beside mcpfault; chaostoolkit 1.19.0 is the newest CLI on Python 3.11 (1.20+ need 3.12).
+CTK_EXTENSION := integrations/chaostoolkit-mcpfault
+$(STAMP): pyproject.toml $(CTK_EXTENSION)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]" -e $(CTK_EXTENSION) "chaostoolkit==1.19.0"
 	$(BYTECODE)
 	touch $@
 

@@ -51,6 +51,8 @@ class ProblemsError(MCPFaultError):
 
 
 class ProfileError(ProblemsError):
+    """A profile failed validation; ``problems`` holds every Problem found, not just the first."""
+
     kind = "profile"
 
     def __init__(self, problems: list[Problem]) -> None:

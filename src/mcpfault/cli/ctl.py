@@ -64,11 +64,11 @@ def add_parser(commands: Any) -> None:
 
 
 def _ctl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from mcpfault.control.client import ApiError, ControlClient, Unreachable
+    from mcpfault.control.client import ApiError, Control, Unreachable
 
     if args.ctl_command is None:
         return usage(parser)
-    client = ControlClient(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+    client = Control(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
     try:
         return _run(args, client)
     except Unreachable as exc:

@@ -1,4 +1,5 @@
-"""A small client of the control API (what ``mcpfault ctl`` and experiments use): JSON in, JSON out.
+"""The one client of the control API (``mcpfault ctl``, ``mcpfault.api``, the Chaos Toolkit extension and
+experiments use it): JSON in, JSON out, the standard library's HTTP only.
 
 Errors are values the caller can branch on: ``ApiError`` carries the HTTP status and the API's own
 message (and problems); ``Unreachable`` means nothing answered at the URL.
@@ -23,6 +24,8 @@ class Unreachable(Exception):
 
 @dataclass
 class ApiError(Exception):
+    """The control API refused: its HTTP status, its message and the problems it named (a bad rule)."""
+
     status: int
     message: str
     problems: list[dict[str, Any]] = field(default_factory=list)
@@ -31,11 +34,20 @@ class ApiError(Exception):
         return f"HTTP {self.status}: {self.message}"
 
 
-class ControlClient:
+class Control:
+    """A live proxy's control API at ``url`` (as the proxy printed it: ``mcpfault: control API on URL``).
+
+    One method per route; each returns the API's JSON answer. The token, when the proxy has one
+    (MCPFAULT_CONTROL_TOKEN), goes in ``Authorization: Bearer``; it is never part of an answer or a repr.
+    """
+
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"Control({self.url!r})"
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None

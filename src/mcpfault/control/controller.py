@@ -116,6 +116,7 @@ class Controller:
             "requests_total": sum(requests.values()),
             "faults": dict(faults),
             "faults_total": sum(faults.values()),
+            "received": dict(self._stats.received),  # what clients got for faulted requests, by kind
             "server": None if server is None else {"pid": server.pid, "generation": server.generation},
         }
 

@@ -55,6 +55,8 @@ class Problem:
 
 
 class ExperimentError(ProblemsError):
+    """An experiment file failed validation; ``problems`` holds every Problem found."""
+
     kind = "experiment"
 
     def __init__(self, problems: list[Problem]) -> None:

@@ -27,7 +27,7 @@ import anyio
 import anyio.to_thread
 
 from mcpfault.analysis.records import TaskRecord
-from mcpfault.control.client import ApiError, ControlClient, Unreachable
+from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.experiments import probes
 from mcpfault.experiments.journal import Journal
 from mcpfault.experiments.plan import Action, Plan, ProbeSpec, profile_text
@@ -92,7 +92,7 @@ class _Target:
         self.plan = plan
         self.out_dir = out_dir
         self.events = out_dir / "events.jsonl"
-        self.control: ControlClient | None = None
+        self.control: Control | None = None
         self.serving: str | None = None  # an HTTP target: where clients connect
         self.tasks: list[tuple[float, TaskRecord]] = []
         self.load_error: str | None = None
@@ -108,7 +108,7 @@ class _Target:
             url = await self._wait_for(self.out_dir / "proxy.log", _CONTROL_LINE)
         else:
             url = await self._start_http()
-        self.control = ControlClient(url, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+        self.control = Control(url, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
 
     async def _drive_load(self) -> None:
         from mcpfault.harness.agents.tasks import WORKFLOWS, plan_tasks
@@ -218,7 +218,7 @@ class _Run:
         self.outcome.measured = [Measured(p) for p in plan.hypothesis]
 
     @property
-    def control(self) -> ControlClient:
+    def control(self) -> Control:
         assert self.target.control is not None
         return self.target.control
 

@@ -1,0 +1,1 @@
+"""Chaos Toolkit controls of chaostoolkit-mcpfault: ``safeguard``."""

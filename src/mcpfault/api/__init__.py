@@ -1,0 +1,67 @@
+"""mcpfault's public Python API: what the Chaos Toolkit extension, the pytest plugin and the MCP
+server stand on, and what your own code may import. Nothing here reaches into private modules, and
+nothing else under ``mcpfault`` is promised to stay as it is.
+
+Proxy                 a proxy with a profile in front of a command (context manager; stdio or HTTP)
+├── .command          stdio: the argv an agent launches as its MCP server
+├── .url              http: the proxy's MCP endpoint
+├── .control          a Control of its control API (None with control=False)
+├── .events()         the request records (what ``--events`` writes)
+├── .faults()         every InjectedFault, joined to its span
+├── .spans()          the proxy's spans (SpanView)
+├── .injected(type)   how many faults (of one type) were injected
+└── .fault_for(tool)  the first fault injected into a call of that tool
+Control               a client of a live proxy's control API (what ``mcpfault ctl`` uses)
+run_experiment(path)  perform an experiment file; its ExperimentOutcome (verdict, state, exit code)
+task_outcomes(dir)    tasks by outcome in a finished bench run directory
+InjectedFault         one injected fault: type, mode, rule, method, tool, request id, span id
+SpanView              one span as read back from a spans file
+
+Errors (all MCPFaultError):
+├── ProfileError      the profile is not valid; ``.problems`` names each (file, rule, field)
+├── UsageError        a wrong argument (what, where, what to do)
+├── ExperimentError   an experiment file is not valid; ``.problems`` names each
+├── ProxyError        the proxy did not start; the message carries what it said
+├── ApiError          the control API refused (``.status``, ``.message``, ``.problems``)
+└── Unreachable       nothing answered at the control URL (not an MCPFaultError: a connection fact)
+
+Example::
+
+    from mcp import Client, StdioServerParameters
+    from mcpfault.api import Proxy
+
+    with Proxy(["mcpfault", "mock-server"], profile="error", seed=7) as proxy:
+        argv = proxy.command                 # give this to your agent as its MCP server
+        ...                                  # run the agent
+        assert proxy.injected("error") >= 1
+"""
+
+from mcpfault.api._experiments import run_experiment
+from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
+from mcpfault.api._runs import task_outcomes
+from mcpfault.control.client import ApiError, Control, Unreachable
+from mcpfault.errors import MCPFaultError, ProfileError, UsageError
+from mcpfault.experiments.plan import ExperimentError
+from mcpfault.experiments.runner import Outcome as ExperimentOutcome
+from mcpfault.telemetry.span_files import SpanView
+
+__all__ = [
+    # running a proxy
+    "Proxy",
+    "InjectedFault",
+    "SpanView",
+    # a live proxy's control API
+    "Control",
+    # experiments and finished runs
+    "run_experiment",
+    "ExperimentOutcome",
+    "task_outcomes",
+    # errors
+    "MCPFaultError",
+    "ProfileError",
+    "ExperimentError",
+    "UsageError",
+    "ProxyError",
+    "ApiError",
+    "Unreachable",
+]

@@ -1,0 +1,120 @@
+"""mcpfault's pytest plugin (entry point ``pytest11``): test an agent under faults in CI.
+
+- ``mcpfault_proxy``: a fixture factory. ``mcpfault_proxy(profile=NAME | PATH | dict, command=[...],
+  transport="stdio" | "http")`` returns a started ``mcpfault.api.Proxy``; every proxy it made stops
+  at the test's teardown. ``command`` defaults to the bundled mock server.
+- ``@pytest.mark.mcpfault(profile=..., seed=...)``: the defaults of the proxies a test makes.
+- ``--mcpfault-seed N``: the seed of every proxy of the run (to replay a failure CI reported); it
+  wins over the marker's seed, which wins over the profile's.
+- When a test fails, its report gets a section "mcpfault: faults injected" listing each fault with
+  its request id and span id (assert with ``proxy.injected("timeout") >= 1`` and ``proxy.fault_for(tool)``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Generator, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from mcpfault.api import Proxy
+
+MARKER = "mcpfault"
+SECTION = "mcpfault: faults injected"
+_PROXIES = pytest.StashKey[list["Proxy"]]()
+MOCK_SERVER = (sys.executable, "-m", "mcpfault", "mock-server")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mcpfault", "fault injection for MCP servers (mcpfault)")
+    group.addoption(
+        "--mcpfault-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed every mcpfault proxy with N (wins over @pytest.mark.mcpfault(seed=...) and the profile's)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mcpfault(profile=NAME|PATH|dict, seed=N): defaults of the proxies the mcpfault_proxy fixture makes",
+    )
+
+
+MakeProxy = Callable[..., "Proxy"]
+
+
+@pytest.fixture
+def mcpfault_proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeProxy]:
+    """A factory of started proxies: ``mcpfault_proxy(profile=..., command=[...], transport=...)``."""
+    from mcpfault.api import Proxy
+
+    marker = request.node.get_closest_marker(MARKER)
+    defaults: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    unknown = set(defaults) - {"profile", "seed"}
+    if unknown or (marker is not None and marker.args):
+        raise pytest.UsageError(f"@pytest.mark.mcpfault takes profile= and seed= only; got {marker}")
+    option_seed = request.config.getoption("--mcpfault-seed")
+    made: list[Proxy] = []
+    request.node.stash[_PROXIES] = made
+
+    def make(
+        profile: Any = None,
+        command: Sequence[str] | None = None,
+        transport: str = "stdio",
+        seed: int | None = None,
+        **options: Any,
+    ) -> Proxy:
+        chosen_seed = option_seed if option_seed is not None else seed if seed is not None else defaults.get("seed")
+        chosen_profile = profile if profile is not None else defaults.get("profile", "baseline")
+        workdir = tmp_path_factory.mktemp("mcpfault-proxy")
+        proxy = Proxy(
+            list(command) if command is not None else list(MOCK_SERVER),
+            profile=chosen_profile,
+            transport=transport,  # type: ignore[arg-type]  # Proxy checks it and says what is allowed
+            seed=chosen_seed,
+            workdir=workdir,
+            **options,
+        )
+        made.append(proxy)
+        return proxy.start()
+
+    try:
+        yield make
+    finally:
+        for proxy in made:
+            proxy.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    proxies = item.stash.get(_PROXIES, None)
+    if not proxies or not report.failed:
+        return
+    report.sections.append((SECTION, "\n".join(_describe(proxies))))
+
+
+def _describe(proxies: Sequence[Proxy]) -> Iterator[str]:
+    for number, proxy in enumerate(proxies, 1):
+        try:
+            faults = proxy.faults()
+        except Exception as exc:  # the report must not fail over records it cannot read
+            yield f"proxy {number}: its records could not be read ({exc})"
+            continue
+        where = proxy.url or "stdio"
+        profile = Path(str(proxy.profile_path)).name
+        seed = proxy.seed if proxy.seed is not None else "the profile's"
+        yield f"proxy {number} ({proxy.transport} {where}, profile {profile}, seed {seed}): {len(faults)} faults"
+        for fault in faults:
+            target = f"{fault.method} {fault.tool}" if fault.tool else fault.method
+            yield (
+                f"  {fault.type}/{fault.mode} rule={fault.rule} {target} request_id={fault.request_id} "
+                f"span_id={fault.span_id or '-'} trace_id={fault.trace_id or '-'}"
+            )
