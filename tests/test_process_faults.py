@@ -446,6 +446,7 @@ limit = 1
         assert first != second
         calls = [e for e in proxy.events() if e["method"] == "tools/call"]
         assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+        assert [e["server_generation"] for e in calls] == [0, 0, 1]
     finally:
         proxy.close()
 

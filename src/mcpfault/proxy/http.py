@@ -214,6 +214,8 @@ class HttpProxy:
             core = self._sessions.session(session_id).core
         else:
             core = self._sessions.exchange_core(request.headers.get("MCP-Protocol-Version"))
+        if self._owned is not None and self._owned.supervisor.settings.restart != "never":
+            core.generation = self._owned.supervisor.generation  # on this request's event and span
         try:
             emits = core.from_client(body)
         except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
