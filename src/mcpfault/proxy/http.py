@@ -136,6 +136,10 @@ class HttpProxy:
         return self._bridge
 
     @property
+    def sessions(self) -> Sessions:
+        return self._sessions
+
+    @property
     def owned(self) -> StdioBridge | HttpServerProcess | None:
         """The server process the proxy started and supervises (a stdio server, or an HTTP one)."""
         return self._owned
@@ -389,6 +393,16 @@ def loop_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
+async def _timed_faults(sessions: Sessions, owned: StdioBridge | HttpServerProcess) -> None:
+    """Time-triggered process rules (``start_after_s``), performed on the server when due."""
+    started = asyncio.get_running_loop().time()
+    while (due_s := sessions.next_due_s()) is not None:
+        await asyncio.sleep(max(0.05, due_s - (asyncio.get_running_loop().time() - started)))
+        for decision in sessions.due(asyncio.get_running_loop().time() - started):
+            if decision.process is not None:
+                decision.process.perform(owned.supervisor.ops)
+
+
 async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str], None]) -> int:
     """Serve until SIGINT or SIGTERM (then 0, a clean stop), or, in front of a server the proxy started
     (a stdio server, or an HTTP one given after ``--``), until that server exits for good (then its
@@ -413,6 +427,8 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(until_signal)
+                if owned is not None and proxy.sessions.next_due_s() is not None:
+                    tg.start_soon(_timed_faults, proxy.sessions, owned)
                 if owned is not None:
                     status = await owned.wait()
                     tg.cancel_scope.cancel()
