@@ -446,6 +446,7 @@ limit = 1
         assert first != second
         calls = [e for e in proxy.events() if e["method"] == "tools/call"]
         assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+        assert [e["server_generation"] for e in calls] == [0, 0, 1]
     finally:
         proxy.close()
 
@@ -538,3 +539,14 @@ async def test_start_hooks_see_every_generation_and_no_process_outlives_the_supe
     assert seen == [(first.pid, first.pid, 0), (second.pid, second.pid, 1)]
     second.kill()
     assert supervisor.pid is None
+
+
+def test_a_time_triggered_crash_behind_the_bridge_ends_it_with_the_servers_status(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess
+
+    text = '[[faults]]\ntype = "crash"\nstart_after_s = 1.0\n'
+    proxy = HttpProxyProcess(write_profile(tmp_path, text), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        assert proxy.proc.wait(30) == 137
+    finally:
+        proxy.close()

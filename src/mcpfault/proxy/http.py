@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,10 @@ class HttpProxy:
         return self._bridge
 
     @property
+    def sessions(self) -> Sessions:
+        return self._sessions
+
+    @property
     def owned(self) -> EraRouter | HttpServerProcess | None:
         """The server the proxy started and supervises (stdio servers, one per era, or an HTTP one)."""
         return self._bridge or self._process
@@ -205,6 +210,9 @@ class HttpProxy:
             core = self._sessions.session(session_id).core
         else:
             core = self._sessions.exchange_core(request.headers.get("MCP-Protocol-Version"))
+        owned = self.owned
+        if owned is not None and owned.supervisor.settings.restart != "never":
+            core.generation = owned.supervisor.generation  # on this request's event and span
         try:
             emits = core.from_client(body)
         except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
@@ -383,6 +391,16 @@ def loop_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
+async def _timed_faults(sessions: Sessions, owned: EraRouter | HttpServerProcess) -> None:
+    """Time-triggered process rules (``start_after_s``), performed on the server when due (on the
+    bridge: on every era's server). Time counts from the proxy's start, as for time windows."""
+    while (due_s := sessions.next_due_s()) is not None:
+        await asyncio.sleep(max(0.05, due_s - (time.monotonic() - sessions.epoch)))
+        for decision in sessions.due(time.monotonic() - sessions.epoch):
+            if decision.process is not None:
+                decision.process.perform(owned.supervisor.ops)
+
+
 async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str], None]) -> int:
     """Serve until SIGINT or SIGTERM (then 0, a clean stop), or, in front of a server the proxy started
     (a stdio server, or an HTTP one given after ``--``), until that server exits for good (then its
@@ -407,6 +425,8 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(until_signal)
+                if owned is not None and proxy.sessions.next_due_s() is not None:
+                    tg.start_soon(_timed_faults, proxy.sessions, owned)
                 if owned is not None:
                     status = await owned.wait()
                     tg.cancel_scope.cancel()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.faults.base import HTTP
-from mcpfault.faults.engine import Engine
+from mcpfault.faults.engine import Decision, Engine
 from mcpfault.faults.live import LiveRules
 from mcpfault.faults.profile import Profile
 from mcpfault.protocol.eras import EraTracker
@@ -65,6 +65,18 @@ class Sessions:
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
         self._retired_injected: Counter[str] = Counter()
         self.sessions_started = 0
+
+    def due(self, elapsed_s: float) -> list[Decision]:
+        """Time-triggered rules due now (a process fault at ``start_after_s``): one clock for the whole
+        proxy, so they are the sessionless engine's (session engines never fire them)."""
+        decisions = self._sessionless.due(elapsed_s)
+        for decision in decisions:
+            for applied in decision.applied:
+                self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
+        return decisions
+
+    def next_due_s(self) -> float | None:
+        return self._sessionless.next_due_s()
 
     def exchange_core(self, protocol_version: str | None = None) -> ProxyCore:
         """A core for one request outside any session: its ids cannot collide with another client's.

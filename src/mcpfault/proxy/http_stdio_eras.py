@@ -25,7 +25,7 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
-from mcpfault.proxy.supervisor import ServerObserver, StartHook, Supervisor
+from mcpfault.proxy.supervisor import ProcessOps, ServerObserver, StartHook, Supervisor
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
 
@@ -160,6 +160,11 @@ class AllEras:
     def downtimes_s(self) -> list[float]:
         return [d for s in self._each for d in s.downtimes_s]
 
+    @property
+    def ops(self) -> _EveryEraOps:
+        """What a time-triggered process fault acts through: every era's server."""
+        return _EveryEraOps([s.ops for s in self._each])
+
     async def crash(self, signal_name: str = "SIGKILL") -> None:
         await asyncio.gather(*(s.crash(signal_name) for s in self._each))
 
@@ -168,6 +173,27 @@ class AllEras:
 
     async def restart(self) -> None:
         await asyncio.gather(*(s.restart() for s in self._each))
+
+
+class _EveryEraOps:
+    def __init__(self, each: list[ProcessOps]) -> None:
+        self._each = each
+
+    def crash(self, signal_name: str, *, delay_s: float = 0.0, cause: str = "crash") -> None:
+        for ops in self._each:
+            ops.crash(signal_name, delay_s=delay_s, cause=cause)
+
+    def stall(self, duration_s: float) -> None:
+        for ops in self._each:
+            ops.stall(duration_s)
+
+    def starve(self, share: float, period_s: float, duration_s: float) -> None:
+        for ops in self._each:
+            ops.starve(share, period_s, duration_s)
+
+    def kill_above_rss(self, rss_mb: float, *, cause: str) -> None:
+        for ops in self._each:
+            ops.kill_above_rss(rss_mb, cause=cause)
 
 
 def _era_of(message: jsonrpc.Message) -> Era | None:
