@@ -553,8 +553,7 @@ def _live(call: Any) -> Any:
     except Unreachable as exc:
         raise ToolError(str(exc)) from None
     except ApiError as exc:
-        problems = "; ".join(str(p.get("text", p)) for p in exc.problems)
-        raise ToolError(f"the proxy refused: {exc}" + (f" ({problems})" if problems else "")) from None
+        raise ToolError(f"the proxy refused: {exc.detail()}") from None
 
 
 async def serve_http(server: MCPServer, host: str, port: int, announce: Any) -> None:

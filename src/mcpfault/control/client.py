@@ -33,6 +33,11 @@ class ApiError(Exception):
     def __str__(self) -> str:
         return f"HTTP {self.status}: {self.message}"
 
+    def detail(self) -> str:
+        """The refusal with every problem the API named, on one line."""
+        problems = "; ".join(str(problem.get("text", problem)) for problem in self.problems)
+        return f"{self}" + (f" ({problems})" if problems else "")
+
 
 class Control:
     """A live proxy's control API at ``url`` (as the proxy printed it: ``mcpfault: control API on URL``).
