@@ -113,3 +113,6 @@ class Control:
 
     def restart(self) -> Any:
         return self.request("POST", "/server/restart")
+
+
+ControlClient = Control  # its name before mcpfault.api: the same class, for code written against it
