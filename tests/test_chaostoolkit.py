@@ -257,3 +257,36 @@ def test_task_outcome_rate_reads_a_finished_run(tmp_path: Path) -> None:
         probes.task_outcome_rate(str(tmp_path / "nothing-here"))
     with pytest.raises(ActivityFailed, match=r"tasks must be an integer in \[1, 1000\]"):
         actions.run_bench(tasks=0)
+
+
+def test_the_safeguard_thread_interrupts_a_long_action(proxy: Proxy, tmp_path: Path) -> None:
+    experiment = example()
+    experiment["method"][0]["provider"]["arguments"]["rule"]["probability"] = 1.0
+    experiment["method"][1]["provider"]["arguments"]["count"] = 5000  # far longer than the test waits
+    experiment["controls"] = [
+        {
+            "name": "mcpfault-safeguard",
+            "provider": {
+                "type": "python",
+                "module": "chaosmcpfault.controls.safeguard",
+                "arguments": {
+                    "interval_s": 0.3,
+                    "probes": [
+                        {
+                            "type": "probe",
+                            "name": "errors-below-a-fifth",
+                            "tolerance": [0, 0.2],
+                            "provider": {"type": "python", "module": "chaosmcpfault.probes", "func": "error_rate"},
+                        }
+                    ],
+                },
+            },
+        }
+    ]
+    started = time.monotonic()
+    journal, _ = chaos_run(experiment, proxy, tmp_path)
+    assert time.monotonic() - started < 60
+    assert journal["status"] == "interrupted"
+    assert [r["status"] for r in journal["rollbacks"]] == ["succeeded"]
+    assert runtime_rules(proxy) == []
+    assert 1 <= proxy.injected("error") < 5000
