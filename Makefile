@@ -9,7 +9,12 @@ NPM_STAMP := tests/npm/node_modules/.installed-stamp
 
 .PHONY: run test lint bench setup clean prometheus bpftrace
 
+# Bytecode for the editable source: with PYTHONDONTWRITEBYTECODE set (as here), every proxy and mock
+# server of the bench would otherwise compile our modules again at start-up (~40 ms of CPU each).
+BYTECODE = $(BIN)/python -m compileall -q src >/dev/null
+
 run: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/mcpfault bench
 
 test: $(STAMP) $(NPM_STAMP) prometheus bpftrace lint
@@ -20,16 +25,24 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics.
+# Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics;
+# then the default matrix's CPU per task (the whole process tree) and wall time.
 TRACED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary --spans /tmp/mcpfault-bench-spans.jsonl
+# The side-effect probe's cost (added p50 with --probe on): the fake sidecar, and eBPF when root.
+PROBED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary
 bench: $(STAMP)
+	$(BYTECODE)
 	rm -f /tmp/mcpfault-bench-spans.jsonl
 	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md \
 		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py" \
-		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py"
+		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py" \
+		--config "mcpfault-probe-fake=$(PROBED) --probe fake:benchmarks/probe_events.json -- $(BIN)/python benchmarks/echo_server.py" \
+		$(if $(filter 0,$(shell id -u)),--config "mcpfault-probe-ebpf=$(PROBED) --probe ebpf -- $(BIN)/python benchmarks/echo_server.py") \
+		--timeout 60
 	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md
 
 setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace
 
@@ -57,6 +70,7 @@ CTK_EXTENSION := integrations/chaostoolkit-mcpfault
 $(STAMP): pyproject.toml $(CTK_EXTENSION)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]" -e $(CTK_EXTENSION) "chaostoolkit==1.19.0"
+	$(BYTECODE)
 	touch $@
 
 $(NPM_STAMP): tests/npm/package.json tests/npm/package-lock.json

@@ -341,3 +341,19 @@ def datetime_of(text: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_server_table_is_checked_by_the_profiles_own_code() -> None:
+    document = {
+        "title": "t",
+        "target": {"listen": "127.0.0.1:0", "url": "http://127.0.0.1:9/mcp"},
+        "server": {"restart": 5},
+        "method": [{"name": "m", "duration_s": 1, "action": "crash"}],
+    }
+    with pytest.raises(plans.ExperimentError) as caught:
+        plans.from_mapping(document, "x.toml")
+    assert [p.where.split(".")[0] for p in caught.value.problems] == ["server"]  # what this proxy accepts there
+    assert plans.profile_text({}) == 'name = "experiment"\nseed = 0\n'
+    assert plans.profile_text({"restart": "on-crash", "hold_s": 2.5}).endswith(
+        '[server]\nrestart = "on-crash"\nhold_s = 2.5\n'
+    )

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from mcpfz_probe import SidecarRuntimeMonitor
 
+pytestmark = pytest.mark.slow  # real sidecars, bpftrace attaching for seconds
+
 SIDECAR = [sys.executable, "-m", "mcpfault", "probe-sidecar", "--backend", "ebpf"]
 
 ACTOR = """
@@ -38,7 +40,7 @@ for line in sys.stdin:
             pass
         s.close()
     elif cmd == "ptrace":
-        ctypes.CDLL(None, use_errno=True).ptrace(16, 1, 0, 0)  # PTRACE_ATTACH to init: refused, still a syscall
+        ctypes.CDLL(None, use_errno=True).ptrace(2, 4194303, 0, 0)  # PEEKDATA on no such pid: ESRCH, still a syscall
     print("done", flush=True)
 """
 
@@ -106,7 +108,7 @@ def test_kernel_events_are_scoped_to_the_process_tree_and_attributed_per_call(tm
     assert [(e.type, e.data["proto"], e.data["dst"]) for e in summaries["net"]] == [
         ("connect", "tcp", f"127.0.0.1:{port}")
     ]
-    assert [(e.type, e.data["request"], e.data["target_pid"]) for e in summaries["ptrace"]] == [("ptrace", 16, 1)]
+    assert [(e.type, e.data["request"], e.data["target_pid"]) for e in summaries["ptrace"]] == [("ptrace", 2, 4194303)]
     assert all(isinstance(e.data["ts_ns"], int) and e.data["comm"] for events in summaries.values() for e in events)
     assert not any(e.type == "exec" and e.data.get("path") == "/bin/true" for e in ambient)
 
@@ -128,3 +130,77 @@ def test_no_privileges_is_one_clear_line_and_exit_2() -> None:
     done = run_sidecar({}, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "needs root, or CAP_BPF and CAP_PERFMON" in done.stderr
+
+
+def test_a_server_restart_rescopes_the_sidecar_to_the_new_process_tree(tmp_path: Path) -> None:
+    """What the proxy does on each (re)start: scope(pgid, generation); the old tree drops out in the kernel."""
+    from mcpfault.probe.monitor import ProbeMonitor
+
+    monitor = ProbeMonitor(SIDECAR)
+    actors: list[subprocess.Popen[str]] = []
+
+    def spawn() -> subprocess.Popen[str]:
+        actor = subprocess.Popen(
+            [sys.executable, "-c", ACTOR, str(tmp_path), "9"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            process_group=0,
+        )
+        actors.append(actor)
+        return actor
+
+    def act(actor: subprocess.Popen[str], call_id: str) -> list[str]:
+        assert monitor.begin(call_id, "shell")
+        assert actor.stdin is not None and actor.stdout is not None
+        actor.stdin.write("shell\n")
+        actor.stdin.flush()
+        assert actor.stdout.readline() == "done\n"
+        assert monitor.mark_end(call_id)
+        summary, confirmed = monitor.collect(call_id)
+        assert confirmed
+        return [e.type for e in summary.events if e.type != "status"]
+
+    try:
+        assert monitor.start_and_wait()["backend"] == "ebpf"
+        first = spawn()
+        assert monitor.scope(first.pid, 1)
+        assert "exec" in act(first, "gen1")
+        second = spawn()  # the "restarted" server
+        assert monitor.scope(second.pid, 2)
+        assert act(first, "old-tree") == []  # the first generation's processes are out of scope now
+        assert "exec" in act(second, "gen2")
+    finally:
+        for actor in actors:
+            actor.communicate(timeout=10)
+        monitor.close()
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_bpftrace_never_outlives_the_sidecar(how: str) -> None:
+    """mcpfz_probe's stop() sends shutdown and SIGTERM at once; a SIGKILLed sidecar takes bpftrace along too."""
+    monitor = SidecarRuntimeMonitor(SIDECAR)
+    monitor.start()
+    try:
+        wait_ready(monitor)
+        sidecar = monitor._process
+        (bpftrace,) = children(sidecar.pid)
+        assert "bpftrace" in Path(f"/proc/{bpftrace}/cmdline").read_text()
+        if how == "kill":
+            sidecar.kill()
+    finally:
+        monitor.stop()
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{bpftrace}").exists():
+        status = Path(f"/proc/{bpftrace}/status").read_text() if Path(f"/proc/{bpftrace}").exists() else ""
+        if "State:\tZ" in status:
+            break
+        assert time.monotonic() < deadline, "bpftrace outlived its sidecar"
+        time.sleep(0.1)

@@ -378,3 +378,163 @@ def test_a_process_rule_behind_a_remote_upstream_is_named_at_start(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- the harness client copes as a real client does -------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_harness_client_reinitializes_when_a_restarted_server_forgot_the_session(tmp_path: Path) -> None:
+    from mcpfault.errors import ProtocolError
+    from mcpfault.harness.client import StdioClient
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.1
+replay_handshake = false
+
+[[faults]]
+type = "crash"
+tools = ["list_sites"]
+after = 1
+limit = 1
+"""
+    path = write_profile(tmp_path, text)
+    command = [sys.executable, "-m", "mcpfault", "proxy", "-c", str(path), "--no-summary"]
+    command += ["--", sys.executable, "-m", "mcpfault", "mock-server"]
+    with anyio.fail_after(60):
+        async with StdioClient(command, deadline_s=10) as client:
+            await client.connect()
+            assert await client.call_tool("list_sites", {})
+            with pytest.raises(ProtocolError, match="restarted"):
+                await client.call_tool("list_sites", {})
+            # No replay: the new server does not know the session; the client starts a new one...
+            with pytest.raises(ProtocolError, match="-32602"):  # the mock's data: "... before initialize"
+                await client.call_tool("list_sites", {})
+            # ... and the call after that succeeds.
+            assert await client.call_tool("list_sites", {})
+    assert [a.method for a in client.attempts].count("initialize") == 2
+
+
+# -- behind the stdio bridge (--listen ... -- CMD) -----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_sdk_http_client_through_a_crash_and_restart_behind_the_bridge(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.2
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+after = 1
+limit = 1
+"""
+    proxy = HttpProxyProcess(write_profile(tmp_path, text), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=20) as client:
+                first = int(text_of(await client.call_tool("whoami", {})))
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("whoami", {})
+                second = int(text_of(await client.call_tool("whoami", {})))
+        assert first != second
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_without_restart_the_bridge_exits_with_the_killed_servers_status(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess
+
+    text = '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.2\ntools = ["echo"]\n'
+    proxy = HttpProxyProcess(write_profile(tmp_path, text), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=20) as client:
+                assert text_of(await client.call_tool("echo", {"text": "acted"})) == "acted"
+        assert proxy.proc.wait(20) == 137
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_the_proxy_starts_waits_for_and_supervises_an_http_server(tmp_path: Path) -> None:
+    from tests.http_support import HttpProxyProcess, free_port
+
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 0.2
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+after = 1
+limit = 1
+"""
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    proxy = HttpProxyProcess(
+        write_profile(tmp_path, text), upstream, tmp_path, "--", *PROCESS_SERVER, "--http", str(port)
+    )
+    try:
+        with anyio.fail_after(90):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                first = int(text_of(await client.call_tool("whoami", {})))
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("whoami", {})
+                second = int(text_of(await client.call_tool("whoami", {})))
+        assert first != second
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+    finally:
+        proxy.close()
+
+
+# -- pure: the engine's clock and the supervisor's hooks ----------------------------------------------
+
+
+def test_a_time_triggered_process_rule_fires_once_when_due_and_never_on_a_call() -> None:
+    from mcpfault.faults.base import Call
+    from mcpfault.faults.engine import Engine
+
+    loaded = profile.loads(
+        '[[faults]]\ntype = "stall"\nstart_after_s = 2.0\n[[faults]]\ntype = "error"\nstart_after_s = 1\n'
+    )
+    engine = Engine(loaded)
+    call_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": {}}}
+    assert not engine.decide(Call.from_body(call_body), elapsed_s=0.5).applied  # the error rule is not in force yet
+    assert [a.type_name for a in engine.decide(Call.from_body(call_body), elapsed_s=1.5).applied] == ["error"]
+    assert engine.next_due_s() == 2.0
+    assert engine.due(1.9) == []
+    fired = engine.due(2.1)
+    assert [a.type_name for d in fired for a in d.applied] == ["stall"] and fired[0].process is not None
+    assert engine.due(5.0) == [] and engine.next_due_s() is None
+
+
+@pytest.mark.anyio
+async def test_start_hooks_see_every_generation_and_no_process_outlives_the_supervisor() -> None:
+    from mcpfault.faults.profile import ServerSettings
+    from mcpfault.proxy.supervisor import Supervisor
+
+    supervisor = Supervisor([sys.executable, "-c", "import time; time.sleep(30)"], ServerSettings(restart="always"))
+    seen: list[tuple[int, int, int]] = []
+    supervisor.start_hooks.append(lambda pid, pgid, generation: seen.append((pid, pgid, generation)))
+    first = supervisor.start()
+    assert supervisor.pid == first.pid and supervisor.generation == 0
+    await supervisor.crash("SIGKILL")
+    assert await first.wait() == -9
+    assert supervisor.died(137, shutting_down=False) is True
+    second = supervisor.start()
+    assert supervisor.generation == 1 and supervisor.crashes == {"control": 1}
+    assert seen == [(first.pid, first.pid, 0), (second.pid, second.pid, 1)]
+    second.kill()
+    assert supervisor.pid is None

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mcpfault.analysis.summary import PROFILE_ORDER
 from mcpfault.errors import ProfileError, UsageError
 from mcpfault.faults import profile
+from mcpfault.faults.catalog import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +63,7 @@ type = "schema_drift"
     expected = [
         "p.toml: colour: unknown top-level key",
         "p.toml: seed: got 'x'; expected an integer",
-        "p.toml: faults[0].type: unknown fault type 'laggy'; one of: cpu_starve, crash, error, first_byte_latency",
+        "p.toml: faults[0].type: unknown fault type 'laggy'; one of: " + ", ".join(CATALOG.names()),
         "p.toml: faults[1] ('p').probability: 1.5 is outside [0, 1]",
         "p.toml: faults[1] ('p').after: -1 is negative",
         "p.toml: faults[1] ('p').limit: got 2.5; expected a whole number",

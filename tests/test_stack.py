@@ -287,11 +287,15 @@ def test_every_panel_query_runs_on_a_real_prometheus(tmp_path: Path, monkeypatch
     config.write_text(json.dumps(prometheus_config(metrics_port, gateway_port)))
 
     (tmp_path / "proxy").mkdir()
+    # The side-effect panel's counters: the fake probe says every list_sites call ran a shell.
+    side_effects = tmp_path / "side-effects.json"
+    shell = {"type": "exec", "pid": 1, "argv": ["/bin/sh", "-c", "true"]}
+    side_effects.write_text(json.dumps([{"trigger": "begin", "tool": "list_sites", "event": shell}]))
     proxy = ProxyProcess(
         PROFILES / "mixed.toml",
         tmp_path / "proxy",
         events=False,
-        extra=("--metrics-addr", f"127.0.0.1:{metrics_port}", "--no-summary"),
+        extra=("--metrics-addr", f"127.0.0.1:{metrics_port}", "--no-summary", "--probe", f"fake:{side_effects}"),
         server=[sys.executable, "-m", "mcpfault", "mock-server"],
     )
     try:

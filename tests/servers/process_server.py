@@ -3,7 +3,8 @@
 Tools: ``echo``; ``whoami`` (its pid, so a test sees a restart); ``spin`` (CPU-bound work, returns
 the seconds it took); ``allocate`` (holds ``mb`` more MiB of resident memory); ``spawn_child``
 (starts a long sleeping grandchild, which must die with the server's process group).
-``--exit-after-s S`` makes the server exit by itself (status 3) S seconds after it starts.
+``--exit-after-s S`` makes the server exit by itself (status 3) S seconds after it starts;
+``--http PORT`` serves Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.
 """
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ def spawn_child() -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--exit-after-s", type=float)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp")
     args = parser.parse_args()
     if args.exit_after_s is not None:
         threading.Timer(args.exit_after_s, lambda: os._exit(3)).start()
-    server.run()
+    if args.http is None:
+        server.run()
+    else:
+        server.run(transport="streamable-http", host="127.0.0.1", port=args.http)

@@ -23,7 +23,9 @@ GENTLE_PROFILES = (
 )
 # Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5.
 STRESS_PROFILES = ("outage", "burst", "storm")
-PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES)
+# Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
+PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
+PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"

@@ -55,7 +55,8 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument(
         "--profiles",
         help="comma-separated bundled names or .toml paths; 'gentle' for the nine stdio profiles of the "
-        "benchmark (the default), 'stress' for outage, burst and storm",
+        "benchmark (the default), 'stress' for outage, burst and storm, 'process' for crash_restart, stall "
+        "and cpu_starve",
     )
     bench.add_argument(
         "--agents",

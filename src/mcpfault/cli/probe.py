@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mcpfault.cli.common import logging_options
+
 
 def add_parser(commands: Any) -> None:
     sidecar = commands.add_parser(
@@ -23,10 +25,13 @@ def add_parser(commands: Any) -> None:
     )
     sidecar.add_argument("--backend", choices=["ebpf", "fake"], default="ebpf", help="default: ebpf")
     sidecar.add_argument("--events-file", type=Path, metavar="F.json", help="fake backend: the events to replay")
+    logging_options(sidecar)
     sidecar.set_defaults(handler=_sidecar)
 
 
 def _sidecar(args: argparse.Namespace) -> int:
     from mcpfault.probe import sidecar
+    from mcpfault.telemetry.logging import configure
 
+    configure(args.log_level, args.log_format)  # stderr: stdout is the protocol's
     return sidecar.main(args.backend, args.events_file)

@@ -28,7 +28,9 @@ def add_parser(commands: Any) -> None:
         "  mcpfault proxy --config mixed --events events.jsonl -- mcpfault mock-server\n"
         "  mcpfault proxy --config my-profile.toml -- uvx mcp-server-time\n"
         "  mcpfault proxy --config http --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000/mcp\n"
-        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server",
+        "  mcpfault proxy --config http --listen 127.0.0.1:8080 -- mcpfault mock-server\n"
+        "  mcpfault proxy --config crash_restart --listen 127.0.0.1:8080 \\\n"
+        "      --upstream http://127.0.0.1:3000/mcp -- node server.js   (starts, waits for, supervises it)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     proxy.add_argument(
@@ -78,6 +80,21 @@ def add_parser(commands: Any) -> None:
         metavar="HOST:PORT",
         help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
         "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
+    )
+    probe = proxy.add_argument_group(
+        "side effects", "what the server's processes did during each tool call (mcpfz-probe's sidecar protocol)"
+    )
+    probe.add_argument(
+        "--probe",
+        metavar="ebpf|fake:EVENTS.json",
+        help="watch the server with the eBPF sidecar (root, bpftrace) or replay scripted events; "
+        "a stdio server only (MCPFZ_PROBE_BIN: another sidecar)",
+    )
+    probe.add_argument(
+        "--probe-policy",
+        type=Path,
+        metavar="POLICY.toml",
+        help="allow-lists for findings (RuntimePolicy's keys; default: the profile's [probe] table)",
     )
     http = proxy.add_argument_group(
         "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
@@ -133,14 +150,15 @@ def _proxy(args: argparse.Namespace) -> int:
     engine = Engine(loaded, live=live)
     _say_not_carried(rules_not_carried(loaded, "stdio"), owns_process=True)
     events = _proxy_events(args, loaded, "stdio")
-    from mcpfault.proxy.setup import ProxyTelemetry
-
-    telemetry = ProxyTelemetry.start(spans=args.spans, otlp_endpoint=args.otlp_endpoint, metrics_addr=args.metrics_addr)
+    probe = _proxy_probe(args, events)
+    telemetry, observers = _telemetry(args, probe)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
-    observers = [telemetry.observer] if telemetry.observer is not None else []
+    observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
     supervisor = Supervisor(command, loaded.server, observers=server_observers(core))
+    if probe is not None:
+        supervisor.start_hooks.append(probe.on_start)  # the sidecar is scoped to every generation
     if controller is not None:
         controller.server = supervisor  # crash, stall and restart through the control API
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
@@ -148,10 +166,12 @@ def _proxy(args: argparse.Namespace) -> int:
     async def relay() -> int:
         return await run_stdio(command, core, lifecycle, supervisor=supervisor)
 
-    with _flushed_at_exit(events, telemetry):
+    with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(_with_control, args, controller, relay)
     if not args.no_summary:
         summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status
 
 
@@ -213,6 +233,47 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     for idle in report.idle:
         console.print(f"rule {idle.rule.name!r} matches nothing: {idle.why_none}")
     return EXIT_CHECK_FAILED if report.idle else EXIT_OK
+
+
+def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
+    """The --probe observer, started (its sidecar ready) before the server; None without --probe."""
+    if args.probe is None:
+        if args.probe_policy is not None:
+            raise UsageError("--probe-policy needs --probe ebpf or --probe fake:EVENTS.json")
+        return None
+    from mcpfault.probe import setup
+
+    try:
+        return setup.start(args.probe, policy_file=args.probe_policy, profile=args.config, events=events)
+    except BaseException:
+        if events is not None:
+            events.close()
+        raise
+
+
+def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[Any, list[Any]]:
+    """Spans and metrics (the probe's report joins each span), and the probe as the first observer:
+    its window closes, and its report is due, before the span is written."""
+    from mcpfault.proxy.setup import ProxyTelemetry
+
+    try:
+        telemetry = ProxyTelemetry.start(
+            spans=args.spans,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_addr=args.metrics_addr,
+            annotate=probe.annotate if probe is not None else None,
+            **options,
+        )
+    except BaseException:
+        if probe is not None:
+            probe.close()
+        raise
+    if probe is None:
+        return telemetry, []
+    if telemetry.recorder is not None:
+        probe.enable_annotations()
+    probe.attach_metrics(telemetry.metrics)
+    return telemetry, [probe]
 
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
@@ -279,11 +340,13 @@ async def _with_control(args: argparse.Namespace, controller: Any, body: Callabl
 
 
 @contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any) -> Iterator[None]:
+def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator[None]:
     """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
     try:
         yield
     finally:
+        if probe is not None:
+            probe.close()  # first: its last reports go to the events and the spans
         if events is not None:
             events.close()
         telemetry.close()
@@ -298,20 +361,19 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.proxy.http_exchange import Limits
     from mcpfault.proxy.http_sessions import Sessions
     from mcpfault.proxy.http_stdio_eras import EraRouter
-    from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.telemetry import names
 
     if args.listen is None:
         raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
     listen = http.parse_listen(args.listen)
-    if command and args.upstream is not None:
-        raise UsageError("give either --upstream URL or a stdio server command after '--', not both")
     if not command and args.upstream is None:
         raise UsageError(
             "--listen needs --upstream URL (the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp) "
             "or a stdio server command after '--'"
         )
-    upstream: Any = EraRouter(command) if command else http.parse_upstream(args.upstream)
+    upstream: Any = http.parse_upstream(args.upstream) if args.upstream is not None else None
+    if args.probe is not None and (not command or upstream is not None):
+        raise UsageError("--probe watches a stdio server's processes: give its command after '--' without --upstream")
     if args.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes {args.max_body_bytes}: give a positive number of bytes")
     if args.hold < 0:
@@ -326,39 +388,51 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     loaded = _proxy_profile(args)
     from mcpfault.faults.engine import rules_not_carried
 
-    # A stdio server behind the bridge is not supervised yet: process rules are named as not carried.
-    _say_not_carried(rules_not_carried(loaded, "http", owns_process=False), owns_process=False)
+    # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
+    _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args, loaded, "http")
-    attributes = {} if command else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
-    telemetry = ProxyTelemetry.start(
-        spans=args.spans,
-        otlp_endpoint=args.otlp_endpoint,
-        metrics_addr=args.metrics_addr,
-        transport=names.TRANSPORT_HTTP,
-        attributes=attributes,
-    )
+    probe = _proxy_probe(args, events)
+    hooks = [probe.on_start] if probe is not None else []
+    attributes = {} if upstream is None else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
+    telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
-    sessions = Sessions(loaded, events=events, observers_for=telemetry.observers_for, propagate=not args.no_propagate)
+    server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    process = None
+    if command and upstream is None:  # stdio servers behind the bridge, one per protocol era
+        upstream = EraRouter(command, settings=loaded.server, observers=server_watchers, on_start=hooks)
+    elif command:  # an HTTP server the proxy starts, waits for and supervises
+        from mcpfault.proxy.http_process import HttpServerProcess
+
+        process = HttpServerProcess(command, upstream, settings=loaded.server, observers=server_watchers)
+    sessions = Sessions(
+        loaded,
+        events=events,
+        observers_for=lambda session_id: [*probed, *telemetry.observers_for(session_id)],
+        propagate=not args.no_propagate,
+        owns_process=bool(command),
+    )
     controller = _controller(
         args, sessions.live, transport="http", counters=sessions.counters, stats=sessions.stats, events=events
     )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
-    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token)
+    proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token, process=process)
 
     def announce(url: str) -> None:
-        bridge = proxy.bridge
-        if controller is not None and bridge is not None and bridge.child is not None:
-            from mcpfault.control.server import ChildControl
-
-            controller.server = ChildControl(bridge.child)
+        owned = proxy.owned
+        if controller is not None and owned is not None:
+            controller.server = owned.supervisor  # the HTTP server, or every era's stdio server as one
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
     async def relay() -> int:
         return await http.serve(proxy, listen, announce)
 
-    with _flushed_at_exit(events, telemetry):
+    with _flushed_at_exit(events, telemetry, probe):
         status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
     if not args.no_summary:
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+        owned = proxy.owned
+        supervisor = owned.supervisor if owned is not None else None
+        summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
+        if probe is not None:
+            probe.render(sys.stderr)
     return status

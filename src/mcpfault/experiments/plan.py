@@ -7,6 +7,7 @@ The plan is data: nothing here starts a process or reads a clock.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -24,7 +25,18 @@ TASK_METRICS = ("task_success_rate", "silent_failure_rate")
 METRICS = LIVE_METRICS + TASK_METRICS
 PROCESS_ACTIONS = ("crash", "stall", "restart")
 AGENTS = ("naive", "retry-only", "resilient")
-TOP_KEYS = ("title", "description", "target", "load", "hypothesis", "method", "stop_conditions", "blast_radius")
+# server: the proxy profile's own [server] table (how it supervises its server), passed through as it is.
+TOP_KEYS = (
+    "title",
+    "description",
+    "target",
+    "load",
+    "hypothesis",
+    "method",
+    "stop_conditions",
+    "blast_radius",
+    "server",
+)
 PROBE_KEYS = (
     *("name", "probe", "tolerance", "window_s", "metric", "query", "prometheus", "url", "command"),
     *("during", "interval_s", "timeout_s"),
@@ -142,6 +154,7 @@ class Load:
     warmup_s: float = 3.0  # traffic before the method (the "before" probes' window)
     cooldown_s: float = 3.0  # traffic after the method (the "after" probes' window)
     deadline_s: float = 0.5
+    workflows: tuple[str, ...] = ()  # the harness's task workflows to draw from; empty: all of them
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +168,7 @@ class Plan:
     stop_conditions: tuple[ProbeSpec, ...]
     radius: Mapping[str, Any] = field(default_factory=dict)  # blast radius: tools and/or sessions, for every fault
     source: str = "<memory>"
+    server: Mapping[str, Any] = field(default_factory=dict)  # the profile's [server] table, as the proxy reads it
 
     @property
     def method_s(self) -> float:
@@ -209,6 +223,7 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
         if (p := _probe(reader, t, f"stop_conditions[{i}]", stop=True))
     )
     radius = _radius(reader, document.get("blast_radius"))
+    server = _server(reader, document.get("server"))
     method = tuple(
         a for i, t in enumerate(reader.tables(document, "method")) if (a := _action(reader, t, f"method[{i}]", radius))
     )
@@ -236,7 +251,7 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
         )
     if problems:
         raise ExperimentError(problems)
-    return Plan(title, description, target, load_spec, hypothesis, method, stops, radius, source)
+    return Plan(title, description, target, load_spec, hypothesis, method, stops, radius, source, server)
 
 
 class _Reader:
@@ -321,7 +336,13 @@ def _load(reader: _Reader, raw: Any) -> Load | None:
     if not isinstance(raw, dict):
         reader.report("load", "expected a table: [load]")
         return None
-    reader.unknown(raw, ("agent", "pace_s", "seed", "warmup_s", "cooldown_s", "deadline_s"), "load")
+    reader.unknown(raw, ("agent", "pace_s", "seed", "warmup_s", "cooldown_s", "deadline_s", "workflows"), "load")
+    from mcpfault.harness.agents.tasks import WORKFLOWS
+
+    workflows = raw.get("workflows", [])
+    if not isinstance(workflows, list) or any(w not in WORKFLOWS for w in workflows):
+        reader.report("load.workflows", f"got {workflows!r}; a list of: {', '.join(WORKFLOWS)}")
+        workflows = []
     agent = raw.get("agent", "resilient")
     if agent not in AGENTS:
         reader.report("load.agent", f"got {agent!r}; one of: {', '.join(AGENTS)}")
@@ -336,6 +357,7 @@ def _load(reader: _Reader, raw: Any) -> Load | None:
         warmup_s=reader.seconds(raw, "warmup_s", "load.warmup_s", 3.0, positive=True),
         cooldown_s=reader.seconds(raw, "cooldown_s", "load.cooldown_s", 3.0, positive=True),
         deadline_s=reader.seconds(raw, "deadline_s", "load.deadline_s", 0.5, positive=True),
+        workflows=tuple(workflows),
     )
 
 
@@ -492,6 +514,33 @@ def _radius(reader: _Reader, raw: Any) -> dict[str, Any]:
         else:
             reader.report("blast_radius.sessions", f"got {sessions!r}; expected a share of HTTP sessions in (0, 1]")
     return radius
+
+
+def profile_text(server: Mapping[str, Any]) -> str:
+    """The profile the experiment's proxy starts with: no rules (the method adds them), and ``server``."""
+    lines = ['name = "experiment"', "seed = 0"]
+    if server:
+        lines.append("[server]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in server.items()]  # scalars: TOML as JSON writes them
+    return "\n".join(lines) + "\n"
+
+
+def _server(reader: _Reader, raw: Any) -> dict[str, Any]:
+    """A [server] table, checked by the profile's own code (what this proxy accepts there)."""
+    from mcpfault.faults.profile import loads
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str | int | float | bool) for v in raw.values()):
+        reader.report("server", "expected a table of settings, as a profile's [server] table")
+        return {}
+    try:
+        loads(profile_text(raw), source=reader.source)
+    except ProfileError as exc:
+        for problem in exc.problems:
+            reader.report("server" if problem.field == "server" else f"server.{problem.field}", problem.message)
+        return {}
+    return dict(raw)
 
 
 def _names(reader: _Reader, names: list[str], section: str) -> None:

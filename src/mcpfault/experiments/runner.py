@@ -30,7 +30,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.experiments import probes
 from mcpfault.experiments.journal import Journal
-from mcpfault.experiments.plan import Action, Plan, ProbeSpec
+from mcpfault.experiments.plan import Action, Plan, ProbeSpec, profile_text
 
 EXIT_HELD, EXIT_DEVIATED, EXIT_INVALID, EXIT_STOPPED, EXIT_FAILED = 0, 1, 2, 3, 4
 START_TIMEOUT_S = 30.0
@@ -100,7 +100,7 @@ class _Target:
         self._finished_at: list[float] = []
         self._processes: list[subprocess.Popen[bytes]] = []
         self._profile = out_dir / "experiment-profile.toml"
-        self._profile.write_text('name = "experiment"\nseed = 0\n', encoding="utf-8")
+        self._profile.write_text(profile_text(plan.server), encoding="utf-8")
 
     async def start(self, tg: Any) -> None:
         if self.plan.load is not None:
@@ -111,7 +111,7 @@ class _Target:
         self.control = Control(url, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
 
     async def _drive_load(self) -> None:
-        from mcpfault.harness.agents.tasks import plan_tasks
+        from mcpfault.harness.agents.tasks import WORKFLOWS, plan_tasks
         from mcpfault.harness.session import SessionPlan, run_session
         from mcpfault.mock.world import World
 
@@ -123,7 +123,7 @@ class _Target:
             profile=self._profile,
             profile_name="experiment",
             agent=load.agent,
-            tasks=tuple(plan_tasks(world, count, load.seed)),
+            tasks=tuple(plan_tasks(world, count, load.seed, workflows=load.workflows or WORKFLOWS)),
             out_dir=self.out_dir,
             world_seed=load.seed,
             deadline_s=load.deadline_s,

@@ -37,7 +37,7 @@ GENERIC_KEYS = (
     "duration_s",
     "sessions",
 )
-TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server")
+TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server", "probe")  # [probe]: probe/policy.py
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !

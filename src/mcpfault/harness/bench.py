@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpfault.analysis.records import TaskRecord, read_records
-from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, STRESS_PROFILES
+from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
+from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PROFILES = GENTLE_PROFILES
 # Names that stand for a set of bundled profiles in ``bench --profiles``.
-PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES}
+PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES, "process": PROCESS_PROFILES}
 DEFAULT_AGENTS = AGENT_ORDER
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
@@ -101,7 +102,7 @@ class BenchResult:
 
 
 def expand_profile_names(option: str | None) -> list[str]:
-    """``--profiles``: names, paths and the set names ``gentle`` and ``stress``, in order, each once."""
+    """``--profiles``: names, paths and the set names ``gentle``, ``stress`` and ``process``, in order, each once."""
     names = [n.strip() for n in option.split(",") if n.strip()] if option else list(DEFAULT_PROFILES)
     expanded = [member for name in names for member in PROFILE_SETS.get(name, (name,))]
     return list(dict.fromkeys(expanded))
@@ -204,15 +205,16 @@ async def run_bench(
     limiter = anyio.CapacityLimiter(max(1, config.jobs))
     finished: list[SessionResult] = []
 
-    async def one(plan: SessionPlan) -> None:
+    async def one(plan: SessionPlan, launcher: ForkServer | None) -> None:
         async with limiter:
-            session = await run_session(plan, world, on_task_done)
+            session = await run_session(plan, world, on_task_done, launcher)
             finished.append(session)
             on_session_done(session.records)
 
-    async with anyio.create_task_group() as tg:
+    # One warm interpreter forks every session's proxy: the import a proxy start costs, paid once.
+    async with ForkServer.open() as launcher, anyio.create_task_group() as tg:
         for plan in plans:
-            tg.start_soon(one, plan)
+            tg.start_soon(one, plan, launcher)
     result.wall_s = time.monotonic() - started
     order = {id(p): i for i, p in enumerate(plans)}
     for session in sorted(

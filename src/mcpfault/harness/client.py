@@ -12,6 +12,7 @@ the server's spans nest under it. Without one the client builds no span and adds
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from mcpfault.errors import (
     ToolError,
     UpstreamError,
 )
+from mcpfault.harness.forkserver import ForkedProcess, ForkServer, forkable
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import LEGACY_VERSIONS, META_PROTOCOL_VERSION, MODERN_VERSIONS
 from mcpfault.protocol.jsonrpc import MessageKind
@@ -84,6 +86,15 @@ class _Waiter:
     error: CallError | None = None
 
 
+HANDSHAKE = frozenset({"initialize", "notifications/initialized", "server/discover"})
+# What servers say to a request on a session they do not know (the mock, the SDK, a proxy's 404).
+_UNKNOWN_SESSION = re.compile(r"before initiali[sz]|not initiali[sz]ed|session not found|unknown session", re.I)
+
+
+def _session_unknown(message: str) -> bool:
+    return _UNKNOWN_SESSION.search(message) is not None
+
+
 class StdioClient:
     def __init__(
         self,
@@ -93,8 +104,10 @@ class StdioClient:
         era: Era = "legacy",
         stderr: IO[bytes] | int | None = None,
         tracer: Tracer | None = None,
+        launcher: ForkServer | None = None,
     ) -> None:
         self.command = list(command)
+        self._launcher = launcher  # starts a `python -m mcpfault ...` command by forking a warm interpreter
         self.deadline_s = deadline_s
         self.era = era
         self.attempts: list[Attempt] = []
@@ -109,16 +122,19 @@ class StdioClient:
         self._stderr = stderr
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiter] = {}
-        self._process: Process | None = None
+        self._process: Process | ForkedProcess | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
         self.exit_code: int | None = None
 
     async def __aenter__(self) -> Self:
         try:
-            self._process = await anyio.open_process(
-                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
-            )
+            if self._launcher is not None and forkable(self.command):
+                self._process = await self._launcher.spawn(self.command, stderr=self._stderr)
+            else:
+                self._process = await anyio.open_process(
+                    self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
+                )
         except OSError as exc:
             raise UpstreamError(f"cannot start {self.command[0]!r}: {exc}") from None
         self._tg = anyio.create_task_group()
@@ -143,6 +159,8 @@ class StdioClient:
                 self.exit_code = await self._process.wait()
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            await self._process.aclose()  # the pipes' ends; the process has exited by now
 
     # -- the protocol -----------------------------------------------------------------------------
 
@@ -242,6 +260,11 @@ class StdioClient:
             failure = ProtocolError(code if isinstance(code, int) else 0, str(error.get("message", "")))
             attempt.error_code = failure.code
             self._finish(attempt, failure.failure, str(failure))
+            said = f"{error.get('message', '')} {error.get('data', '')}"  # the detail is often in data
+            if method not in HANDSHAKE and self.era == "legacy" and _session_unknown(said):
+                # A restarted server forgot the session: start a new one, as a real client does; the
+                # caller still gets this error and decides whether to retry.
+                await self.connect()
             raise failure
         result = waiter.body.get("result")
         if not isinstance(result, dict):

@@ -47,6 +47,7 @@ from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
+from mcpfault.harness.forkserver import ForkServer
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events
@@ -101,7 +102,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     tracing: list[str] = []
     if plan.otlp_endpoint is not None:
         tracing = ["--otlp-endpoint", plan.otlp_endpoint]
-    server = [python, "-m", "mcpfault", "mock-server", "--seed", str(plan.world_seed)]
+    # `python -m mcpfault.mock` is `mcpfault mock-server` without the command-line tool's imports.
+    server = [python, "-m", "mcpfault.mock", "--seed", str(plan.world_seed)]
     server += ["--state", str(plan.out_dir / "server-state.json")]
     if plan.traces:
         server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
@@ -222,15 +224,19 @@ class _OpenTask:
 
 
 async def run_session(
-    plan: SessionPlan, world: World, on_task_done: Callable[[], None] = lambda: None
+    plan: SessionPlan,
+    world: World,
+    on_task_done: Callable[[], None] = lambda: None,
+    launcher: ForkServer | None = None,
 ) -> SessionResult:
+    """Run the plan's tasks through a fresh proxy and judge them; ``launcher`` forks the proxy (see forkserver)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     for name in traces.SPAN_FILES:
         (plan.out_dir / name).unlink(missing_ok=True)  # span files are appended to: a rerun starts afresh
     result = SessionResult(plan)
     trace = SessionTrace(plan) if plan.traces else None
     try:
-        await _run_tasks(plan, world, result, trace, on_task_done)
+        await _run_tasks(plan, world, result, trace, on_task_done, launcher=launcher)
     finally:
         with anyio.CancelScope(shield=True):
             if trace is not None:
@@ -245,6 +251,8 @@ async def _run_tasks(
     result: SessionResult,
     trace: SessionTrace | None,
     on_task_done: Callable[[], None],
+    *,
+    launcher: ForkServer | None,
 ) -> None:
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
@@ -256,6 +264,7 @@ async def _run_tasks(
             era=plan.era,
             stderr=proxy_log,
             tracer=trace.tracer if trace is not None else None,
+            launcher=launcher,
         )
         client.span_parent = trace.context if trace is not None else None
         try:

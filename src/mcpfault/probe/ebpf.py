@@ -336,6 +336,7 @@ class EbpfBackend:
             text=True,
             errors="replace",
             env=env,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - started before any thread of ours
         )
         attached = threading.Event()
         self._on_sync[0] = (set(), attached.set)
@@ -518,6 +519,14 @@ class EbpfBackend:
                 )
             elif text and "RLIMIT_MEMLOCK" not in text and not text.startswith("Attaching"):
                 log.warning("bpftrace", message=text[:300])
+
+
+def _die_with_parent() -> None:
+    """In bpftrace, before it runs: SIGTERM when the sidecar dies, however it dies (even SIGKILL)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -8,6 +8,7 @@ is the same for both backends; a backend says what happens on start, scope, begi
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -62,8 +63,8 @@ def run(backend: Backend, stdin: TextIO, stdout: TextIO) -> int:
     """The control loop: until ``shutdown`` or EOF on stdin. The exit status."""
     out = Output(stdout)
     windows = CallWindows()
-    ready = backend.start(out, windows)
     try:
+        ready = backend.start(out, windows)
         out.write(protocol.status("ready", protocol.BUCKET_STARTUP, backend=backend.name, **ready))
         after_start = getattr(backend, "after_ready", None)
         if after_start is not None:
@@ -184,8 +185,16 @@ class FakeBackend:
             self._out.write(event)
 
 
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    # mcpfz_probe's monitor sends shutdown and then SIGTERM at once: leave through the finally that
+    # stops the backend, or bpftrace would outlive us with its probes attached.
+    raise SystemExit(128 + signum)
+
+
 def main(backend_name: str, events_file: Path | None) -> int:
     """``mcpfault probe-sidecar``: the chosen backend on this process's stdin/stdout."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
     backend: Backend
     if backend_name == "fake":
         backend = FakeBackend(load_script(events_file) if events_file is not None else [])

@@ -27,12 +27,16 @@ class ChildProcess:
         self._popen = popen
 
     @classmethod
-    def start(cls, command: Sequence[str]) -> ChildProcess:
-        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through)."""
+    def start(cls, command: Sequence[str], *, stdio: bool = True) -> ChildProcess:
+        """Start ``command`` with piped stdin/stdout and our stderr (so its logs pass straight through),
+        in a process group of its own (its pid is the group's id): its children end with it, and what
+        watches the server's processes (the side-effect probe) sees them and never the proxy's.
+
+        ``stdio=False`` (an HTTP server): no stdin, and its stdout goes to our stderr too."""
+        stdin = subprocess.PIPE if stdio else subprocess.DEVNULL
+        stdout = subprocess.PIPE if stdio else 2
         try:
-            popen = subprocess.Popen(
-                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, process_group=0
-            )
+            popen = subprocess.Popen(list(command), stdin=stdin, stdout=stdout, bufsize=0, process_group=0)
         except FileNotFoundError:
             raise UpstreamError(
                 f"cannot start the MCP server: {command[0]!r} was not found; check the command after '--' "
@@ -73,26 +77,45 @@ class ChildProcess:
 
     @property
     def returncode(self) -> int | None:
-        return self._popen.poll()
+        if self._popen.returncode is None:
+            try:
+                exited = os.waitid(os.P_PID, self._popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return self._popen.poll()
+            if exited is not None:
+                self._reap()
+        return self._popen.returncode
+
+    def _reap(self) -> None:
+        """The server has exited: SIGKILL what is left of its group, then reap it.
+
+        In this order only: until it is reaped the server is a zombie that keeps its pid, so the group
+        id cannot have been given to another process; after, it could be anyone's."""
+        self._signal_group(signal.SIGKILL)
+        self._popen.wait()
 
     async def wait(self) -> int:
+        if self._popen.returncode is not None:
+            return self._popen.returncode
         try:
             pidfd = os.pidfd_open(self._popen.pid)
         except (AttributeError, OSError):
-            while self._popen.poll() is None:
+            while (polled := self.returncode) is None:
                 await anyio.sleep(POLL_INTERVAL_S)
-            return self._popen.returncode
+            return polled
         try:
-            if self._popen.poll() is None:
+            if self.returncode is None:
                 await anyio.wait_readable(pidfd)
         finally:
             os.close(pidfd)
-        return self._popen.wait()
+        code = self.returncode
+        assert code is not None
+        return code
 
     def send_signal(self, signum: int) -> None:
         """Signal the server's process group; continue it after a signal that is to end it, so that
         a stopped server gets it too."""
-        if self._popen.poll() is None:
+        if self.returncode is None:
             self._signal_group(signum)
             if signum not in (signal.SIGSTOP, signal.SIGCONT, signal.SIGKILL):
                 self._signal_group(signal.SIGCONT)
@@ -102,16 +125,9 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole group and reap the server: nothing of it is left behind."""
-        if self._popen.poll() is None:
+        if self._popen.returncode is None:
             self._signal_group(signal.SIGKILL)
-            self._popen.wait()
-        self.kill_group()
-
-    def kill_group(self) -> None:
-        """SIGKILL what is left of the server's process group (its children) once the server is gone.
-
-        Safe after the leader is reaped: a group id is not reused while any member lives."""
-        self._signal_group(signal.SIGKILL)
+            self._reap()
 
     def _signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

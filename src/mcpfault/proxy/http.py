@@ -45,7 +45,9 @@ from mcpfault.proxy.http_exchange import (
     relayed_headers,
     write_event,
 )
+from mcpfault.proxy.http_process import HttpServerProcess
 from mcpfault.proxy.http_sessions import Sessions
+from mcpfault.proxy.http_stdio import StdioBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.upstream import UpstreamPool
 
@@ -100,9 +102,11 @@ class HttpProxy:
         *,
         limits: Limits | None = None,
         token: str | None = None,
+        process: HttpServerProcess | None = None,
     ) -> None:
         self._sessions = sessions
         self._bridge = upstream if isinstance(upstream, EraRouter) else None
+        self._process = process  # the HTTP server behind --upstream, when the proxy started it
         self._upstream = upstream if isinstance(upstream, URL) else URL("http://stdio/mcp")
         self._mcp_path = self._upstream.path or "/"
         self._limits = limits if limits is not None else Limits()
@@ -120,6 +124,11 @@ class HttpProxy:
     @property
     def bridge(self) -> EraRouter | None:
         return self._bridge
+
+    @property
+    def owned(self) -> EraRouter | HttpServerProcess | None:
+        """The server the proxy started and supervises (stdio servers, one per era, or an HTTP one)."""
+        return self._bridge or self._process
 
     async def start(self, listen: ListenAddress) -> str:
         """Listen; return the proxy's MCP endpoint URL (with the real port when ``listen.port`` is 0)."""
@@ -222,11 +231,23 @@ class HttpProxy:
     async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         request = exchange.request
         answer: UpstreamAnswer
+        bridge = await self._bridge.bridge_for(upstream.data) if self._bridge is not None else None
+        # The server the proxy started, whichever transport it speaks: what process faults act on.
+        owned: StdioBridge | HttpServerProcess | None = bridge or self._process
+        if upstream.process is not None and owned is not None:
+            # A process fault, performed before the request goes out (a stall stops the server first).
+            if upstream.process.before_request:
+                owned.going_down()
+            upstream.process.perform(owned.supervisor.ops)
+            if upstream.process.before_request:
+                return await self._killed_before(exchange, owned)
         try:
-            if self._bridge is not None:
-                answer = await self._bridge.post(upstream.data)
+            if bridge is not None:
+                answer = await bridge.post(upstream.data)
             else:
                 assert self._pool is not None
+                if self._process is not None:
+                    await self._process.ready()  # held while it restarts
                 headers = _forwarded(request.headers)
                 answer = await self._pool.request("POST", self._upstream.raw_path_qs, headers, upstream.data)
         except (TimeoutError, OSError) as exc:
@@ -237,6 +258,8 @@ class HttpProxy:
             answer.close()  # closing the upstream request is how a client's cancellation reaches the server
             raise
         answer.release()
+        if self._process is not None and self._process.supervisor.down and answer.status < 300:
+            self._process.supervisor.answered()  # the restarted server answers: its downtime ends
         return response
 
     async def _relay_answer(
@@ -271,6 +294,24 @@ class HttpProxy:
             self.upstream_label,
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
+
+    async def _killed_before(self, exchange: Exchange, owned: StdioBridge | HttpServerProcess) -> web.Response:
+        """The server was killed before it saw the request: the client learns what became of the server."""
+        await owned.until_back()
+        supervisor = owned.supervisor
+        if owned.exit_code is None:
+            received = "server_restarted"
+            message = f"mcpfault: the MCP server restarted (now generation {supervisor.generation}) before this request"
+            data: dict[str, Any] = {"mcpfault": {"reason": received, "generation": supervisor.generation}}
+        else:
+            received = "upstream_exited"
+            message = f"mcpfault: the MCP server exited with code {owned.exit_code} before this request"
+            data = {"mcpfault": {"reason": received, "exit_code": owned.exit_code}}
+        body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        exchange.core.end(
+            exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
+        )
+        return web.Response(status=200, body=body, content_type="application/json")
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__
@@ -343,17 +384,18 @@ def loop_options() -> dict[str, Any]:
 
 
 async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str], None]) -> int:
-    """Serve until SIGINT or SIGTERM (then 0, a clean stop), or, in front of a stdio server, until
-    that server exits (then its exit status; a signal ends it first)."""
+    """Serve until SIGINT or SIGTERM (then 0, a clean stop), or, in front of a server the proxy started
+    (a stdio server, or an HTTP one given after ``--``), until that server exits for good (then its
+    exit status; a signal ends it first)."""
     import signal
 
     import anyio
 
-    bridge = proxy.bridge
+    owned = proxy.owned
     status = 0
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        if bridge is not None:
-            await bridge.start()
+        if owned is not None:
+            await owned.start()
         try:
             await proxy.start(listen)
             announce(proxy.url)
@@ -365,13 +407,13 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(until_signal)
-                if bridge is not None:
-                    status = await bridge.wait()
+                if owned is not None:
+                    status = await owned.wait()
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await proxy.close()
-                if bridge is not None:
-                    await bridge.stop()
-                    status = await bridge.wait()
+                if owned is not None:
+                    await owned.stop()
+                    status = await owned.wait()
     return status

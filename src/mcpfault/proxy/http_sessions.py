@@ -47,10 +47,12 @@ class Sessions:
         propagate: bool,
         max_sessions: int = MAX_SESSIONS,
         live: LiveRules | None = None,
+        owns_process: bool = False,
     ) -> None:
         self.profile = profile
         self.live = live if live is not None else LiveRules.of(profile)  # one rule set for every session
         self.epoch = time.monotonic()  # time windows count from the proxy's start, whenever a session began
+        self._owns_process = owns_process  # the proxy started the server (the stdio bridge): process faults fire
         self.stats = Stats()
         self.era = EraTracker()  # the last era learned, for the summary
         self._events = events
@@ -58,7 +60,7 @@ class Sessions:
         self._propagate = propagate
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._sessionless = Engine(profile, transport=HTTP, live=self.live)
+        self._sessionless = Engine(profile, transport=HTTP, live=self.live, owns_process=owns_process)
         self._sessionless_observers = observers_for(None)
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
         self._retired_injected: Counter[str] = Counter()
@@ -83,7 +85,14 @@ class Sessions:
         if found is not None:
             self._sessions.move_to_end(session_id)
             return found
-        engine = Engine(self.profile, transport=HTTP, in_session=True, live=self.live, session_id=session_id)
+        engine = Engine(
+            self.profile,
+            transport=HTTP,
+            in_session=True,
+            live=self.live,
+            session_id=session_id,
+            owns_process=self._owns_process,
+        )
         core = ProxyCore(
             engine,
             events=self._events,

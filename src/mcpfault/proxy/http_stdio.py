@@ -11,6 +11,10 @@ every fault, HTTP-level ones included, acts exactly as in front of a real HTTP s
 Requests cross with a new id, so unlike the other transports their bytes change on the way. The
 bridge issues no sessions (the specification lets a server go without); GET and DELETE get 405.
 A client that goes away cancels its request with ``notifications/cancelled``, the stdio way.
+
+The server is a ``Supervisor``'s (the profile's ``[server]`` table), as behind the stdio proxy: after a
+death it may be restarted; requests waiting get an error naming the new generation, requests posted
+meanwhile wait for it (up to ``hold_s``), and the last client's initialize is replayed to it.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from typing import Any
 import structlog
 from multidict import CIMultiDict
 
+from mcpfault.faults.profile import ServerSettings
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import META_PROTOCOL_VERSION
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.stdio import exit_status
+from mcpfault.proxy.supervisor import Later, ServerObserver, StartHook, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -76,29 +83,52 @@ class BridgeAnswer:
 
 
 class StdioBridge:
-    def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        kill_timeout_s: float = 5.0,
+        settings: ServerSettings | None = None,
+        observers: Sequence[ServerObserver] = (),
+        on_start: Sequence[StartHook] = (),
+    ) -> None:
         self._command = list(command)
         self._kill_timeout_s = kill_timeout_s
-        self._child: ChildProcess | None = None
+        self.supervisor = Supervisor(command, settings, observers=observers)
+        self.supervisor.start_hooks.extend(on_start)  # told (pid, pgid, generation) at every (re)start
         self._stdin: asyncio.StreamWriter | None = None
         self._stdout: asyncio.StreamReader | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[Any, BridgeAnswer]] = {}  # upstream id -> (client's id, answer)
         self._progress: dict[object, BridgeAnswer] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._later: set[asyncio.Task[None]] = set()
+        self._up = asyncio.Event()  # the server can take requests
+        self._done = asyncio.Event()  # it died for good
+        self._stopping = False
+        self._initialize: dict[str, Any] | None = None  # the last client's handshake, replayed after a restart
+        self._initialized: bytes | None = None
+        self._replay_id: str | None = None
+        self._modern = False  # the last request carried the 2026-07-28 envelope
         self.exit_code: int | None = None
         joined = shlex.join(self._command)
         self.label = joined if len(joined) <= 80 else joined[:77] + "..."
 
-    @property
-    def child(self) -> ChildProcess | None:
-        """The server process, once started."""
-        return self._child
-
     async def start(self) -> None:
         """Start the server (the stdio transport's ChildProcess: the same errors, the same lifecycle)."""
-        self._child = ChildProcess.start(self._command)
-        stdin_fd, stdout_fd = self._child.take_pipes()
+        loop = asyncio.get_running_loop()
+        self.supervisor.bind(lambda make: loop.call_soon_threadsafe(self._run_later, make))
+        await self._attach(self.supervisor.start())
+        self._up.set()
+        self._reader = asyncio.create_task(self._read())
+
+    def _run_later(self, make: Later) -> None:
+        task = asyncio.create_task(make())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _attach(self, child: ChildProcess) -> None:
+        stdin_fd, stdout_fd = child.take_pipes()
         loop = asyncio.get_running_loop()
         self._stdout = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         stdout = self._stdout
@@ -107,34 +137,65 @@ class StdioBridge:
             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(stdin_fd, "wb", 0)
         )
         self._stdin = asyncio.StreamWriter(transport, protocol, None, loop)
-        self._reader = asyncio.create_task(self._read())
 
     async def wait(self) -> int:
-        """Until the server exits; its exit status, as a shell shows it."""
-        assert self._child is not None
-        code = exit_status(await self._child.wait())
+        """Until the server exits for good (no restart follows); its exit status, as a shell shows it."""
+        await self._done.wait()
         if self._reader is not None:
             await self._reader
-        return code
+        assert self.exit_code is not None
+        return self.exit_code
 
     async def stop(self) -> None:
         """Close the server's stdin (its EOF); SIGTERM after the grace, SIGKILL after as long again."""
-        if self._child is None:
+        self._stopping = True
+        for task in list(self._later):
+            task.cancel()
+        if self._reader is None:
             return
         if self._stdin is not None:
             self._stdin.close()
-        await self._child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
+        await self.supervisor.child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
+        await self._reader
+
+    def going_down(self) -> None:
+        """A process fault is ending the server: from now on requests wait for the next generation."""
+        self._up.clear()
+
+    async def until_back(self) -> None:
+        """Wait for the server to be up again after a crash (or to be gone for good)."""
+        up, done = asyncio.create_task(self._up.wait()), asyncio.create_task(self._done.wait())
+        try:
+            await asyncio.wait({up, done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            up.cancel()
+            done.cancel()
 
     # -- the proxy's upstream ---------------------------------------------------------------------
 
     async def post(self, data: bytes) -> BridgeAnswer:
-        if self._child is None or self._stdin is None or self._child.returncode is not None:
+        if not self._up.is_set() and not self._done.is_set():
+            hold_s = self.supervisor.settings.hold_s
+            try:
+                await asyncio.wait_for(self.until_back(), hold_s)
+            except TimeoutError:
+                raise ConnectionError(
+                    f"the stdio server {self.label!r} is restarting and was not back within {hold_s:g}s"
+                ) from None
+        if self._done.is_set() or self._stdin is None:
             raise ConnectionError(f"the stdio server {self.label!r} exited with code {self.exit_code}")
         message = jsonrpc.parse(data)
+        if message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
+            self._initialized = data
         if message.kind is not MessageKind.REQUEST or message.body is None:
             await self._write(data)  # notifications, answers to the server's own requests, what does not parse
             return BridgeAnswer(self, None, status=202)
         body = message.body
+        if body.get("method") == "initialize":
+            self._initialize = body
+        else:
+            # The 2026-07-28 era is stateless: a restarted server needs no handshake replayed.
+            self._modern = _carries_envelope(body)
         upstream_id = next(self._ids)
         answer = BridgeAnswer(self, upstream_id)
         self._waiting[upstream_id] = (body["id"], answer)
@@ -166,25 +227,59 @@ class StdioBridge:
             raise ConnectionError(f"the stdio server {self.label!r} stopped reading: {exc}") from None
 
     async def _read(self) -> None:
-        assert self._child is not None and self._stdout is not None
-        stdout = self._stdout
+        """Each generation's stdout until its EOF; then its death, and the next generation if any."""
         while True:
-            try:
-                line = await stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                log.warning("the stdio server wrote a line over the limit; it is skipped", limit=MAX_LINE_BYTES)
-                continue
-            if not line:
-                break
-            self._route(line.rstrip(b"\r\n"))
-        self.exit_code = exit_status(await self._child.wait())
+            assert self._stdout is not None
+            stdout = self._stdout
+            while True:
+                try:
+                    line = await stdout.readline()
+                except (ValueError, asyncio.LimitOverrunError):
+                    log.warning("the stdio server wrote a line over the limit; it is skipped", limit=MAX_LINE_BYTES)
+                    continue
+                if not line:
+                    break
+                self._route(line.rstrip(b"\r\n"))
+            status = exit_status(await self.supervisor.child.wait())
+            self._up.clear()
+            if self._stdin is not None:
+                self._stdin.close()
+            restart = self.supervisor.died(status, shutting_down=self._stopping)
+            self._answer_waiting(status, restart)
+            if restart:
+                await asyncio.sleep(self.supervisor.settings.restart_delay_s)
+                restart = not self._stopping and await self._restart()
+            if not restart:
+                self.exit_code = status
+                if self.supervisor.down:
+                    self.supervisor.gave_up()
+                self._done.set()
+                return
+
+    async def _restart(self) -> bool:
+        try:
+            await self._attach(self.supervisor.start())
+        except Exception as exc:
+            log.error("cannot restart the stdio server", error=str(exc))
+            return False
+        if self.supervisor.settings.replay_handshake and self._initialize is not None and not self._modern:
+            self._replay_id = f"mcpfault-replay-{self.supervisor.generation}"
+            await self._write(jsonrpc.encode({**self._initialize, "id": self._replay_id}))
+        else:
+            self._up.set()  # requests go straight to the new server (stateless, or without replay)
+        return True
+
+    def _answer_waiting(self, status: int, restarted: bool) -> None:
+        """Each request the dead server never answered gets an error: it restarted (a new generation), or it died."""
+        generation = self.supervisor.generation + 1
         for client_id, answer in list(self._waiting.values()):
-            reply = jsonrpc.error_response(
-                client_id,
-                jsonrpc.UPSTREAM_UNAVAILABLE,
-                f"mcpfault: the stdio server exited with code {self.exit_code} before answering",
-                {"mcpfault": {"reason": "upstream_exited", "exit_code": self.exit_code}},
-            )
+            if restarted:
+                text = f"mcpfault: the MCP server restarted (exit status {status}; now generation {generation})"
+                data = {"mcpfault": {"reason": "server_restarted", "exit_code": status, "generation": generation}}
+            else:
+                text = f"mcpfault: the stdio server exited with code {status} before answering"
+                data = {"mcpfault": {"reason": "upstream_exited", "exit_code": status}}
+            reply = jsonrpc.error_response(client_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data)
             answer.put(jsonrpc.encode(reply), last=True)
         self._waiting.clear()
         self._progress.clear()
@@ -192,6 +287,15 @@ class StdioBridge:
     def _route(self, line: bytes) -> None:
         message = jsonrpc.parse(line)
         body = message.body
+        if message.kind is MessageKind.RESPONSE and self.supervisor.down:
+            self.supervisor.answered()  # the restarted server answers: its downtime ends
+        if message.kind is MessageKind.RESPONSE and body is not None and body.get("id") == self._replay_id:
+            # The replayed initialize is answered (and the answer dropped): the session continues.
+            self._replay_id = None
+            if self._initialized is not None and self._stdin is not None:
+                self._stdin.write(self._initialized if self._initialized.endswith(b"\n") else self._initialized + b"\n")
+            self._up.set()
+            return
         if message.kind is MessageKind.RESPONSE and body is not None:
             upstream_id = body.get("id")
             waiting = self._waiting.get(upstream_id) if isinstance(upstream_id, int) else None
@@ -208,6 +312,12 @@ class StdioBridge:
             log.warning("a message from the stdio server with no request waiting is dropped", size_bytes=len(line))
             return
         target.put(line)
+
+
+def _carries_envelope(body: dict[str, Any]) -> bool:
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and META_PROTOCOL_VERSION in meta
 
 
 def _progress_token(body: dict[str, Any]) -> object | None:

@@ -16,22 +16,35 @@ sees one upstream; the proxy ends, with that server's status, when either server
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 
 from mcpfault.errors import UpstreamError
+from mcpfault.faults.profile import ServerSettings
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
+from mcpfault.proxy.supervisor import ServerObserver, StartHook, Supervisor
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
 
 
 class EraRouter:
-    def __init__(self, command: Sequence[str], *, kill_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        kill_timeout_s: float = 5.0,
+        settings: ServerSettings | None = None,
+        observers: Sequence[ServerObserver] = (),
+        on_start: Sequence[StartHook] = (),
+    ) -> None:
         self._command = list(command)
+        self._on_start = tuple(on_start)
         self._kill_timeout_s = kill_timeout_s
+        self._settings = settings
+        self._observers = tuple(observers)
         self._bridges: dict[Era, StdioBridge] = {}
         self._starting = asyncio.Lock()
         self._watchers: list[asyncio.Task[None]] = []
@@ -46,11 +59,9 @@ class EraRouter:
         return tuple(self._bridges)
 
     @property
-    def child(self) -> ChildProcess | None:
-        """The first era's server process: the one the control API's process actions act on (the proxy
-        ends, with its status, when either server exits)."""
-        first = next(iter(self._bridges.values()), None)
-        return first.child if first is not None else None
+    def supervisor(self) -> AllEras:
+        """Every era's server as one: what the control API and the summary see."""
+        return AllEras(self)
 
     async def start(self) -> None:
         """Start a server per era; a command that cannot start fails here (UpstreamError)."""
@@ -58,13 +69,17 @@ class EraRouter:
         await self._bridge(Era.LEGACY)
         await self._bridge(Era.MODERN)
 
-    async def post(self, data: bytes) -> BridgeAnswer:
+    async def bridge_for(self, data: bytes) -> StdioBridge:
+        """The server of the era ``data`` belongs to (a process fault acts on it, the message goes to it)."""
         message = jsonrpc.parse(data)
         era = _era_of(message) or self._latest
         bridge = await self._bridge(era)
         if message.kind is MessageKind.REQUEST:
             self._latest = era
-        return await bridge.post(data)
+        return bridge
+
+    async def post(self, data: bytes) -> BridgeAnswer:
+        return await (await self.bridge_for(data)).post(data)
 
     async def wait(self) -> int:
         """Until one of the servers exits; its exit status."""
@@ -83,7 +98,12 @@ class EraRouter:
             return bridge
         async with self._starting:
             if era not in self._bridges:
-                bridge = StdioBridge(self._command, kill_timeout_s=self._kill_timeout_s)
+                bridge = StdioBridge(
+                    self._command,
+                    kill_timeout_s=self._kill_timeout_s,
+                    settings=self._settings,
+                    observers=self._observers,
+                )
                 try:
                     await bridge.start()
                 except UpstreamError as exc:
@@ -101,6 +121,53 @@ class EraRouter:
         if not self._exited.is_set():
             self._exit_code = code
             self._exited.set()
+
+
+class AllEras:
+    """The supervisors of every era's server, as one server: it is one to the clients, so the control
+    API's crash, stall and restart act on each running server, and the summary adds their accounts up."""
+
+    def __init__(self, router: EraRouter) -> None:
+        self._router = router
+
+    @property
+    def _each(self) -> list[Supervisor]:
+        return [bridge.supervisor for bridge in self._router._bridges.values()]
+
+    @property
+    def settings(self) -> ServerSettings:
+        each = self._each
+        return each[0].settings if each else ServerSettings()
+
+    @property
+    def pid(self) -> int | None:
+        """The first era's server (the 2025-11-25 one): a status shows one pid."""
+        return next((s.pid for s in self._each if s.pid is not None), None)
+
+    @property
+    def generation(self) -> int:
+        return max((s.generation for s in self._each), default=0)
+
+    @property
+    def restarts(self) -> int:
+        return sum(s.restarts for s in self._each)
+
+    @property
+    def crashes(self) -> Counter[str]:
+        return sum((s.crashes for s in self._each), Counter())
+
+    @property
+    def downtimes_s(self) -> list[float]:
+        return [d for s in self._each for d in s.downtimes_s]
+
+    async def crash(self, signal_name: str = "SIGKILL") -> None:
+        await asyncio.gather(*(s.crash(signal_name) for s in self._each))
+
+    async def stall(self, duration_s: float) -> None:
+        await asyncio.gather(*(s.stall(duration_s) for s in self._each))
+
+    async def restart(self) -> None:
+        await asyncio.gather(*(s.restart() for s in self._each))
 
 
 def _era_of(message: jsonrpc.Message) -> Era | None:

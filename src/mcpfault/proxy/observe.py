@@ -10,7 +10,7 @@ spans nest under it (``--no-propagate`` keeps the bytes as they were).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -20,10 +20,12 @@ from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished
+from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
     EncodedAttributes,
     Ending,
+    Event,
     SharedAttributes,
     SpanHandle,
     SpanRecorder,
@@ -41,6 +43,12 @@ _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]
 _MAX_ENDINGS = 4096
 
+# More for a request's span from another observer (the side-effect probe): attributes and events.
+# Called on the span writer's thread, so it may wait a little for what it adds.
+Annotation = tuple[dict[str, Any], list[Event]]
+Annotate = Callable[[Finished], Annotation | None]
+
+
 # What the HTTP transport itself can give a client instead of an answer; each is its own error.type
 # (as is what an HTTP fault gives: its behaviour's ``received``).
 _HTTP_FAILURES = frozenset({"http_error", "upstream_unreachable"})
@@ -56,8 +64,9 @@ class _Clock:
         return int(monotonic_s * 1e9) + self._offset_ns
 
 
-class TelemetryObserver:
-    """A span per request (when there is a recorder) and the request metrics (when there is a registry)."""
+class TelemetryObserver(ServerObserver):
+    """A span per request (when there is a recorder) and the request metrics (when there is a registry);
+    the supervised server's restarts, crashes and downtime (metrics)."""
 
     def __init__(
         self,
@@ -68,8 +77,10 @@ class TelemetryObserver:
         attributes: Mapping[str, Any] | None = None,
         propagate: bool = True,
         session_id: str | None = None,
+        annotate: Annotate | None = None,
     ) -> None:
         self._recorder = recorder
+        self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
         # mcp.session.id on 2026-07-28 traffic, which has no sessions.
@@ -131,6 +142,18 @@ class TelemetryObserver:
         if self._metrics is not None:
             self._metrics.upstream_exited()
 
+    def server_crashed(self, cause: str, exit_status: int) -> None:
+        if self._metrics is not None:
+            self._metrics.server_crashed(cause)
+
+    def server_restarted(self, generation: int) -> None:
+        if self._metrics is not None:
+            self._metrics.server_restarted()
+
+    def server_back(self, downtime_s: float) -> None:
+        if self._metrics is not None:
+            self._metrics.server_downtime(downtime_s)
+
     def _count(self, outcome: Finished, span: SpanHandle | None) -> None:
         assert self._metrics is not None
         self._metrics.request_finished()
@@ -189,6 +212,12 @@ class TelemetryObserver:
             if change.rule is not None:
                 note[names.FAULT_RULE] = change.rule
             events.append((names.EVENT_CONTROL, self._clock.unix_ns(outcome.started), note))
+        if self._annotate is not None:
+            extra = self._annotate(outcome)
+            if extra is not None:
+                if extra[0]:
+                    attributes = EncodedAttributes([*attributes, *encode_attributes(extra[0])])
+                events.extend(extra[1])
         # The client gets the answer after any injected delay: that is when the request ends for it.
         return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
 

@@ -25,7 +25,8 @@ class ProxyTelemetry:
     observer: Any = None  # a proxy.observe.TelemetryObserver, or None: the core observes nothing
     recorder: Any = None
     server: Any = None
-    _observer_args: tuple[Any, str, dict[str, Any], bool] = (None, "", {}, True)
+    metrics: Any = None  # the telemetry.metrics.ProxyMetrics behind /metrics, or None
+    _observer_args: tuple[Any, str, dict[str, Any], bool, Any] = (None, "", {}, True, None)
 
     @classmethod
     def start(
@@ -36,6 +37,7 @@ class ProxyTelemetry:
         metrics_addr: str | None,
         transport: str = "stdio",
         attributes: Mapping[str, Any] | None = None,
+        annotate: Any = None,  # a proxy.observe.Annotate: more for each span (the side-effect probe's)
     ) -> ProxyTelemetry:
         from mcpfault.telemetry import otel_env
 
@@ -92,10 +94,17 @@ class ProxyTelemetry:
                 **(attributes or {}),
             }
         propagate = settings is None or settings.propagate
+        result.metrics = proxy_metrics
+        annotate = annotate if result.recorder is not None else None
         result.observer = TelemetryObserver(
-            result.recorder, proxy_metrics, transport=network, attributes=attributes, propagate=propagate
+            result.recorder,
+            proxy_metrics,
+            transport=network,
+            attributes=attributes,
+            propagate=propagate,
+            annotate=annotate,
         )
-        result._observer_args = (proxy_metrics, network, dict(attributes or {}), propagate)
+        result._observer_args = (proxy_metrics, network, dict(attributes or {}), propagate, annotate)
         return result
 
     def observers_for(self, session_id: str | None) -> list[Any]:
@@ -106,7 +115,7 @@ class ProxyTelemetry:
             return [self.observer]
         from mcpfault.proxy.observe import TelemetryObserver
 
-        proxy_metrics, network, attributes, propagate = self._observer_args
+        proxy_metrics, network, attributes, propagate, annotate = self._observer_args
         observer = TelemetryObserver(
             self.recorder,
             proxy_metrics,
@@ -114,6 +123,7 @@ class ProxyTelemetry:
             attributes=attributes,
             propagate=propagate,
             session_id=session_id,
+            annotate=annotate,
         )
         return [observer]
 

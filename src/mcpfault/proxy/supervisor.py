@@ -54,8 +54,10 @@ class Supervisor:
         *,
         observers: Sequence[ServerObserver] = (),
         clock: Callable[[], float] = time.monotonic,
+        stdio: bool = True,
     ) -> None:
         self.command = list(command)
+        self._stdio = stdio  # a stdio server (piped) or an HTTP one
         self.settings = settings if settings is not None else ServerSettings()
         self.start_hooks: list[StartHook] = []
         self._observers = tuple(observers)
@@ -116,7 +118,7 @@ class Supervisor:
             self.restarts += 1
             for observer in self._observers:
                 observer.server_restarted(self._generation)
-        self._child = ChildProcess.start(self.command)
+        self._child = ChildProcess.start(self.command, stdio=self._stdio)
         self._stops = 0
         for hook in self.start_hooks:
             try:
@@ -129,7 +131,6 @@ class Supervisor:
         """Record the current generation's death; True when the transport should start the next."""
         cause = self._cause or OWN_EXIT
         self._cause = None
-        self._child_cleanup()
         requested, self._restart_requested = self._restart_requested, False
         crashed = exit_status != 0 or cause != OWN_EXIT
         if crashed and not shutting_down:
@@ -165,10 +166,6 @@ class Supervisor:
     def gave_up(self) -> None:
         """The transport ends while the server is down: the downtime so far counts."""
         self.answered()
-
-    def _child_cleanup(self) -> None:
-        if self._child is not None:
-            self._child.kill_group()  # its own children go with it
 
     # -- ServerProcessOps: what process faults act through ------------------------------------------
 

@@ -117,6 +117,23 @@ class ProxyMetrics(_Metrics):
             "Times the upstream MCP server exited or its connection closed.",
             names.UPSTREAM_EXITS_TOTAL_LABELS,
         )
+        self._restarts = self._counter(
+            names.SERVER_RESTARTS_TOTAL, "Times the proxy restarted the MCP server it supervises.", ()
+        )
+        self._crashes = self._counter(
+            names.SERVER_CRASHES_TOTAL,
+            "Deaths of the supervised MCP server, by the fault that caused them (none: it died by itself).",
+            names.SERVER_CRASHES_TOTAL_LABELS,
+        )
+        self._downtime = self._histogram(
+            names.SERVER_DOWNTIME_SECONDS,
+            "From the supervised server's crash to its first answer after the restart.",
+            (),
+            names.MCP_DURATION_BUCKETS,
+        )
+        # Every cause exported from the start (at 0), so a panel has a series before the first crash.
+        for cause in sorted(self._fault_types):
+            self._crashes.labels(cause)
         # One transport per object, so these children never change.
         self._added_child = self._added.labels(transport)
         self._in_flight_child = self._in_flight.labels(transport)
@@ -171,6 +188,54 @@ class ProxyMetrics(_Metrics):
 
     def upstream_exited(self) -> None:
         self._exits_child.inc()
+
+    def server_crashed(self, cause: str) -> None:
+        self._crashes.labels(self.fault_label(cause if cause != names.FAULT_TYPE_NONE else None)).inc()
+
+    def server_restarted(self) -> None:
+        self._restarts.inc()
+
+    def server_downtime(self, seconds: float) -> None:
+        self._downtime.observe(seconds)
+
+
+class SideEffectMetrics(_Metrics):
+    """What the server's processes did during tool calls (``--probe``), beside the proxy's metrics.
+
+    ``types`` and ``categories`` are the allowed label values (the probe protocol's event types and
+    the policy's finding categories); anything else is ``_OTHER``: a sidecar must not mint series.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, types: Iterable[str], categories: Iterable[str]) -> None:
+        super().__init__(registry)
+        self._types = frozenset(types)
+        self._categories = frozenset(categories)
+        self._side_effects = self._counter(
+            names.SIDE_EFFECTS_TOTAL,
+            "Side effects of the server's processes during tool calls, by type.",
+            names.SIDE_EFFECTS_TOTAL_LABELS,
+        )
+        self._findings = self._counter(
+            names.FINDINGS_TOTAL,
+            "Policy findings on those side effects, by category and severity.",
+            names.FINDINGS_TOTAL_LABELS,
+        )
+        self._duplicates = self._counter(
+            names.DUPLICATE_SIDE_EFFECTS_TOTAL,
+            "Tool calls repeated after a lost response on which the server acted again.",
+            (),
+        )
+
+    def side_effect(self, kind: str, trace_id_hex: str | None = None) -> None:
+        self._side_effects.labels(kind if kind in self._types else names.OTHER).inc(1, _exemplar(trace_id_hex))
+
+    def finding(self, category: str, severity: str, trace_id_hex: str | None = None) -> None:
+        category = category if category in self._categories else names.OTHER
+        severity = severity if severity in names.FINDING_SEVERITIES else names.OTHER
+        self._findings.labels(category, severity).inc(1, _exemplar(trace_id_hex))
+
+    def duplicate_side_effect(self, trace_id_hex: str | None = None) -> None:
+        self._duplicates.inc(1, _exemplar(trace_id_hex))
 
 
 class HarnessMetrics(_Metrics):

@@ -52,6 +52,19 @@ DIRECTION_SERVER_TO_CLIENT: Final = "server_to_client"  # sampling, elicitation,
 CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
 SERVER_GENERATION: Final = "mcpfault.server.generation"  # int: restarts of the server before this request
 
+# What the server's processes did during a tools/call (mcpfault proxy --probe; probe/observer.py).
+PROBE_CALL_ID: Final = "mcpfault.probe.call_id"  # the call window's id, as the sidecar saw it
+SIDE_EFFECT_COUNT: Final = "mcpfault.side_effect.count"  # side effects in the window (events list at most a few)
+FINDING_COUNT: Final = "mcpfault.finding.count"
+SERVER_ACTED: Final = "mcpfault.server.acted"  # on a request whose response a fault lost: "true", "false", "unknown"
+SIDE_EFFECT_TYPE: Final = "mcpfault.side_effect.type"  # exec, connect, file_open, file_delete, chmod, ...
+SIDE_EFFECT_DETAIL: Final = "mcpfault.side_effect.detail"
+SIDE_EFFECT_AMBIGUOUS: Final = "mcpfault.side_effect.ambiguous"  # True: calls overlapped; it may be another's
+FINDING_CATEGORY: Final = "mcpfault.finding.category"  # runtime.exec, runtime.fs_write, ... (mcpfz_probe.policy)
+FINDING_SEVERITY: Final = "mcpfault.finding.severity"  # low, medium, high, critical
+FINDING_DETAIL: Final = "mcpfault.finding.detail"
+DUPLICATE_ORIGINAL_CALL_ID: Final = "mcpfault.duplicate.original_call_id"  # the lost call this one repeated
+
 # --- Span events: the proxy's phases within one request span -----------------------------------
 EVENT_UPSTREAM_SENT: Final = "upstream.sent"
 EVENT_UPSTREAM_RECEIVED: Final = "upstream.received"
@@ -75,6 +88,9 @@ EVENT_OOM_KILL: Final = "mcpfault.oom_kill"
 EVENT_CONTROL: Final = "mcpfault.control"
 CONTROL_ACTION: Final = "mcpfault.control.action"  # add, remove, patch, off, on, reset, crash, stall, restart
 CONTROL_VERSION: Final = "mcpfault.control.version"  # the rule set's version after the change
+EVENT_SIDE_EFFECT: Final = "mcpfault.side_effect"
+EVENT_FINDING: Final = "mcpfault.finding"
+EVENT_DUPLICATE_SIDE_EFFECT: Final = "mcpfault.duplicate_side_effect"  # a retry acted again after a lost response
 
 # --- W3C trace context carried in params._meta (unprefixed keys, per the conventions) ----------
 META_TRACEPARENT: Final = "traceparent"
@@ -89,6 +105,9 @@ LABEL_TRANSPORT: Final = "transport"
 LABEL_PROFILE: Final = "profile"
 LABEL_AGENT: Final = "agent"
 LABEL_OUTCOME: Final = "outcome"
+LABEL_TYPE: Final = "type"
+LABEL_CATEGORY: Final = "category"
+LABEL_SEVERITY: Final = "severity"
 EXEMPLAR_TRACE_ID: Final = "trace_id"  # the exemplar label Grafana links to a trace
 
 # Label values.
@@ -110,6 +129,18 @@ REQUESTS_IN_FLIGHT: Final = "mcpfault_requests_in_flight"
 REQUESTS_IN_FLIGHT_LABELS: Final = (LABEL_TRANSPORT,)
 UPSTREAM_EXITS_TOTAL: Final = "mcpfault_upstream_exits_total"
 UPSTREAM_EXITS_TOTAL_LABELS: Final = (LABEL_TRANSPORT,)
+# The supervised server (proxy/supervisor.py): restarts, crashes by the fault that caused them
+# (FAULT_TYPE_NONE: it died by itself), and downtime from a crash to the first answer after restart.
+SERVER_RESTARTS_TOTAL: Final = "mcpfault_server_restarts_total"
+SERVER_CRASHES_TOTAL: Final = "mcpfault_server_crashes_total"
+SERVER_CRASHES_TOTAL_LABELS: Final = (LABEL_FAULT_TYPE,)
+SERVER_DOWNTIME_SECONDS: Final = "mcpfault_server_downtime_seconds"
+SIDE_EFFECTS_TOTAL: Final = "mcpfault_side_effects_total"  # what the server's processes did (--probe)
+SIDE_EFFECTS_TOTAL_LABELS: Final = (LABEL_TYPE,)
+FINDINGS_TOTAL: Final = "mcpfault_findings_total"
+FINDINGS_TOTAL_LABELS: Final = (LABEL_CATEGORY, LABEL_SEVERITY)
+DUPLICATE_SIDE_EFFECTS_TOTAL: Final = "mcpfault_duplicate_side_effects_total"
+FINDING_SEVERITIES: Final = ("low", "medium", "high", "critical")
 
 # --- Prometheus: the harness's metrics (run/bench), with their label names ---------------------
 TASK_OUTCOMES_TOTAL: Final = "mcpfault_task_outcomes_total"

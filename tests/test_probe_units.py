@@ -1,0 +1,97 @@
+"""The probe's pure parts: policy files, metric labels, the eBPF line decoding, attribution windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from mcpfault.errors import UsageError
+from mcpfault.probe import ebpf, policy
+from mcpfault.probe.observer import FINDING_CATEGORIES
+from mcpfault.probe.protocol import EVENT_TYPES, CallWindows
+from mcpfault.telemetry.metrics import SideEffectMetrics
+
+
+def test_a_policy_file_takes_runtime_policys_keys_and_names_a_wrong_one(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text('[probe]\nworkspace = "ws"\nexec_allow = ["/usr/bin/git"]\nnet_allow = ["*.internal"]\n')
+    loaded = policy.load_file(path)
+    assert loaded.workspace == Path("ws").absolute() and loaded.exec_allow == ("/usr/bin/git",)
+    assert loaded.fs_write_allow[0] == str(Path("ws").absolute().resolve())  # the package's own default
+    path.write_text("[probe]\nexec_alow = []\n")
+    with pytest.raises(UsageError, match="unknown key 'exec_alow'; the keys are RuntimePolicy's: workspace"):
+        policy.load_file(path)
+    path.write_text('[probe]\nnet_allow = "*"\n')
+    with pytest.raises(UsageError, match="net_allow must be a list of strings"):
+        policy.load_file(path)
+
+
+def test_metric_labels_stay_in_their_fixed_sets() -> None:
+    registry = CollectorRegistry()
+    metrics = SideEffectMetrics(registry, types=EVENT_TYPES, categories=FINDING_CATEGORIES)
+    metrics.side_effect("exec")
+    metrics.side_effect("something a sidecar made up")
+    metrics.finding("runtime.ptrace", "critical")
+    metrics.finding("made.up", "apocalyptic")
+    metrics.duplicate_side_effect()
+    text = generate_latest(registry).decode()
+    assert 'mcpfault_side_effects_total{type="exec"} 1.0' in text
+    assert 'mcpfault_side_effects_total{type="_OTHER"} 1.0' in text
+    assert 'mcpfault_findings_total{category="_OTHER",severity="_OTHER"} 1.0' in text
+    assert "mcpfault_duplicate_side_effects_total 1.0" in text
+
+
+def test_bpftrace_lines_become_protocol_events() -> None:
+    assert ebpf.open_flags(0o1101) == "O_WRONLY|O_CREAT|O_TRUNC"
+    assert ebpf.open_flags(0o2002) == "O_RDWR|O_APPEND"
+    assert ebpf.to_event("X", 7, ["sh", "-100", "/usr/bin/curl", "-s", ""]) == {
+        "type": "exec",
+        "path": "/usr/bin/curl",
+        "argv": ["/usr/bin/curl", "-s"],
+        "pid": 7,
+        "comm": "sh",
+    }
+    v6 = ebpf.to_event("N6", 7, ["py", "connect", "::1", "8080"])
+    udp = ebpf.to_event("N", 7, ["py", "sendto", "10.0.0.1", "53"])
+    chmod = ebpf.to_event("C", 7, ["py", "-100", str(0o104755), "/x"])
+    assert v6 is not None and udp is not None and chmod is not None
+    assert (v6["dst"], udp["proto"], chmod["mode"]) == ("[::1]:8080", "udp", "4755")
+    assert ebpf.to_event("O", 7, ["py", "-100", "0", ""]) is None  # a name not paged in: nothing to judge
+
+
+def test_every_probe_is_on_a_syscall_the_kernel_has() -> None:
+    available = ebpf.available_syscalls()
+    missing = {p.syscall for p in ebpf.PROBES} - available
+    assert missing <= {"open", "creat", "unlink", "rmdir", "rename", "mkdir", "symlink", "link", "chmod", "fchmodat2"}
+    text = ebpf.program(available)
+    assert "IN_SCOPE" not in text and text.index("sys_enter_getpgid") > text.index("sys_enter_openat")
+
+
+def test_windows_attribute_by_time_and_overlaps_are_ambiguous() -> None:
+    windows = CallWindows()
+    windows.scope(1)
+    assert windows.attribute({}, 5)["bucket"] == "startup"
+    windows.begin("a", "t", 10)
+    windows.begin("b", "t", 20)
+    assert windows.attribute({}, 15) == {"bucket": "call", "call_id": "a"}
+    assert windows.attribute({}, 25) == {"bucket": "ambient", "ambiguous": True, "candidates": ["a", "b"]}
+    windows.end("a", 30)
+    assert windows.attribute({}, 29)["candidates"] == ["a", "b"]  # read late, happened while both were open
+    assert windows.attribute({}, 31) == {"bucket": "call", "call_id": "b"}
+    windows.close("a")
+    windows.close("b")
+    assert windows.attribute({}, 40) == {"bucket": "ambient"}
+
+
+def test_a_profiles_probe_table_is_the_policy_and_the_profile_still_loads(tmp_path: Path) -> None:
+    from mcpfault.faults import profile
+
+    path = tmp_path / "profile.toml"
+    path.write_text('name = "p"\n[probe]\nexec_allow = ["/bin/sh"]\n\n[[faults]]\ntype = "latency"\ndelay_s = 0.1\n')
+    assert profile.load(path).name == "p"
+    loaded = policy.from_profile(path)
+    assert loaded is not None and loaded.exec_allow == ("/bin/sh",)
+    path.write_text('name = "p"\n')
+    assert policy.from_profile(path) is None
