@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 import mcpfault.api as api
 from mcpfault.api import ApiError, Control, Proxy, ProxyError
 from mcpfault.errors import ProfileError, UsageError
+from tests.process_support import running_with
 
 ROOT = Path(__file__).resolve().parent.parent
 MOCK = [sys.executable, "-m", "mcpfault", "mock-server"]
@@ -34,19 +35,6 @@ async def call_tools(argv: list[str], mode: str, tools: list[str]) -> list[bool]
     with open(os.devnull, "w", encoding="utf-8") as errlog:
         async with Client(stdio_client(server, errlog=errlog), mode=mode, read_timeout_seconds=10) as client:
             return [(await client.call_tool(tool, ARGUMENTS.get(tool, {}))).is_error for tool in tools]
-
-
-def running_with(marker: str) -> list[int]:
-    """Pids whose command line holds ``marker`` (a path unique to one test)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def test_the_public_surface_is_curated() -> None:

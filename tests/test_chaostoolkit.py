@@ -74,6 +74,21 @@ def chaos_run(
     return json.loads(text), text + (tmp_path / "chaos.log").read_text(encoding="utf-8")
 
 
+def safeguard(interval_s: float) -> dict[str, Any]:
+    """The safeguard control, watching that at most a fifth of the requests fail."""
+    probe = {
+        "type": "probe",
+        "name": "errors-below-a-fifth",
+        "tolerance": [0, 0.2],
+        "provider": {"type": "python", "module": "chaosmcpfault.probes", "func": "error_rate"},
+    }
+    arguments = {"interval_s": interval_s, "probes": [probe]}
+    return {
+        "name": "mcpfault-safeguard",
+        "provider": {"type": "python", "module": "chaosmcpfault.controls.safeguard", "arguments": arguments},
+    }
+
+
 def runtime_rules(proxy: Proxy) -> list[str]:
     assert proxy.control is not None
     return [rule["name"] for rule in proxy.control.faults()["faults"] if rule["origin"] != "profile"]
@@ -111,26 +126,7 @@ def test_the_safeguard_interrupts_and_the_rollbacks_still_run(proxy: Proxy, tmp_
     second_load = copy.deepcopy(experiment["method"][1])
     second_load["name"] = "more-load"
     experiment["method"].insert(2, second_load)
-    experiment["controls"] = [
-        {
-            "name": "mcpfault-safeguard",
-            "provider": {
-                "type": "python",
-                "module": "chaosmcpfault.controls.safeguard",
-                "arguments": {
-                    "interval_s": 30,
-                    "probes": [
-                        {
-                            "type": "probe",
-                            "name": "errors-below-a-fifth",
-                            "tolerance": [0, 0.2],
-                            "provider": {"type": "python", "module": "chaosmcpfault.probes", "func": "error_rate"},
-                        }
-                    ],
-                },
-            },
-        }
-    ]
+    experiment["controls"] = [safeguard(interval_s=30)]  # only the checks at activity boundaries
     journal, text = chaos_run(experiment, proxy, tmp_path)
     assert journal["status"] == "interrupted"
     assert "more-load" not in [run["activity"]["name"] for run in journal["run"]]
@@ -257,3 +253,17 @@ def test_task_outcome_rate_reads_a_finished_run(tmp_path: Path) -> None:
         probes.task_outcome_rate(str(tmp_path / "nothing-here"))
     with pytest.raises(ActivityFailed, match=r"tasks must be an integer in \[1, 1000\]"):
         actions.run_bench(tasks=0)
+
+
+def test_the_safeguard_thread_interrupts_a_long_action(proxy: Proxy, tmp_path: Path) -> None:
+    experiment = example()
+    experiment["method"][0]["provider"]["arguments"]["rule"]["probability"] = 1.0
+    experiment["method"][1]["provider"]["arguments"]["count"] = 5000  # far longer than the test waits
+    experiment["controls"] = [safeguard(interval_s=0.3)]
+    started = time.monotonic()
+    journal, _ = chaos_run(experiment, proxy, tmp_path)
+    assert time.monotonic() - started < 60
+    assert journal["status"] == "interrupted"
+    assert [r["status"] for r in journal["rollbacks"]] == ["succeeded"]
+    assert runtime_rules(proxy) == []
+    assert 1 <= proxy.injected("error") < 5000

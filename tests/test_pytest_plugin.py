@@ -4,9 +4,10 @@ proxies in front of the bundled mock and the SDK client as the agent."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+
+from tests.process_support import running_with
 
 pytest_plugins = ["pytester"]
 
@@ -67,7 +68,7 @@ def test_http_and_a_profile_by_name(mcpfault_proxy):
     )
     result.assert_outcomes(passed=3)
     for workdir in (pytester.path / "workdirs.txt").read_text().split():
-        assert _running_with(workdir) == [], workdir
+        assert running_with(workdir) == [], workdir
 
 
 def test_a_failing_test_reports_its_faults_with_request_and_span_ids(pytester: pytest.Pytester) -> None:
@@ -124,15 +125,3 @@ def test_typo(mcpfault_proxy):
     )
     result.assert_outcomes(errors=1)
     assert "takes profile= and seed= only" in result.stdout.str()
-
-
-def _running_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found

@@ -46,8 +46,7 @@ def calling(what: str, call: Callable[[], T]) -> T:
     except Unreachable as exc:
         raise ActivityFailed(f"{what}: {exc}; is the proxy running with --control?") from None
     except ApiError as exc:
-        problems = "; ".join(str(p.get("text", p)) for p in exc.problems)
-        raise ActivityFailed(f"{what}: the proxy refused: {exc}" + (f" ({problems})" if problems else "")) from None
+        raise ActivityFailed(f"{what}: the proxy refused: {exc.detail()}") from None
 
 
 def answer(value: Any) -> dict[str, Any]:

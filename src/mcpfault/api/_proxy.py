@@ -70,6 +70,7 @@ class Proxy:
     (``{"name": ..., "seed": ..., "faults": [{...}, ...]}``). It is validated here, before anything
     starts: a ``ProfileError`` lists every problem. ``transport="http"`` serves Streamable HTTP;
     ``upstream`` (HTTP only) puts the proxy in front of a server's URL instead of a command.
+    ``env`` is added to the HTTP proxy process's environment (a stdio launch has the agent's).
     """
 
     def __init__(

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import config, ctl, experiment, harness, probe, proxy, tools
+from mcpfault.cli import config, ctl, experiment, harness, mcp_server, probe, proxy, tools
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -68,5 +68,6 @@ def _parser() -> argparse.ArgumentParser:
     harness.add_parsers(commands)
     tools.add_tools(commands)
     probe.add_parser(commands)
+    mcp_server.add_parser(commands)
     config.add_parser(commands)
     return parser

@@ -33,6 +33,11 @@ class ApiError(Exception):
     def __str__(self) -> str:
         return f"HTTP {self.status}: {self.message}"
 
+    def detail(self) -> str:
+        """The refusal with every problem the API named, on one line."""
+        problems = "; ".join(str(problem.get("text", problem)) for problem in self.problems)
+        return f"{self}" + (f" ({problems})" if problems else "")
+
 
 class Control:
     """A live proxy's control API at ``url`` (as the proxy printed it: ``mcpfault: control API on URL``).
@@ -108,3 +113,6 @@ class Control:
 
     def restart(self) -> Any:
         return self.request("POST", "/server/restart")
+
+
+ControlClient = Control  # its name before mcpfault.api: the same class, for code written against it
