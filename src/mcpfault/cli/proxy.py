@@ -127,12 +127,16 @@ def _proxy(args: argparse.Namespace) -> int:
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
     hooks = [probe.on_start] if probe is not None else []
-    with _flushed_at_exit(events, telemetry, probe):
-        status = anyio.run(functools.partial(run_stdio, command, core, lifecycle, on_start=hooks))
-    if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr)
+    try:
+        with _flushed_at_exit(events, telemetry, probe):
+            status = anyio.run(functools.partial(run_stdio, command, core, lifecycle, on_start=hooks))
+        if not args.no_summary:
+            summary.render(core.stats, engine, core.era, sys.stderr)
+            if probe is not None:
+                probe.render(sys.stderr)
+    finally:
         if probe is not None:
-            probe.render(sys.stderr)
+            probe.close()  # last: a client that gives the proxy two seconds to exit has its summary
     return status
 
 
@@ -203,7 +207,7 @@ def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator
         yield
     finally:
         if probe is not None:
-            probe.close()  # first: its last reports go to the events and the spans
+            probe.drain()  # first: its last reports go to the events and the spans
         if events is not None:
             events.close()
         telemetry.close()
@@ -262,10 +266,14 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
-    with _flushed_at_exit(events, telemetry, probe):
-        status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
-    if not args.no_summary:
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+    try:
+        with _flushed_at_exit(events, telemetry, probe):
+            status = anyio.run(http.serve, proxy, listen, announce, backend_options=http.loop_options())
+        if not args.no_summary:
+            summary.render(sessions.stats, sessions, sessions.era, sys.stderr)
+            if probe is not None:
+                probe.render(sys.stderr)
+    finally:
         if probe is not None:
-            probe.render(sys.stderr)
+            probe.close()
     return status
