@@ -166,12 +166,16 @@ def _proxy(args: argparse.Namespace) -> int:
     async def relay() -> int:
         return await run_stdio(command, core, lifecycle, supervisor=supervisor)
 
-    with _flushed_at_exit(events, telemetry, probe):
-        status = anyio.run(_with_control, args, controller, relay)
-    if not args.no_summary:
-        summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
+    try:
+        with _flushed_at_exit(events, telemetry, probe):
+            status = anyio.run(_with_control, args, controller, relay)
+        if not args.no_summary:
+            summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
+            if probe is not None:
+                probe.render(sys.stderr)
+    finally:
         if probe is not None:
-            probe.render(sys.stderr)
+            probe.close()  # last: a client that gives the proxy two seconds to exit has its summary
     return status
 
 
@@ -346,7 +350,7 @@ def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator
         yield
     finally:
         if probe is not None:
-            probe.close()  # first: its last reports go to the events and the spans
+            probe.drain()  # first: its last reports go to the events and the spans
         if events is not None:
             events.close()
         telemetry.close()
@@ -427,12 +431,16 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     async def relay() -> int:
         return await http.serve(proxy, listen, announce)
 
-    with _flushed_at_exit(events, telemetry, probe):
-        status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
-    if not args.no_summary:
-        owned = proxy.owned
-        supervisor = owned.supervisor if owned is not None else None
-        summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
+    try:
+        with _flushed_at_exit(events, telemetry, probe):
+            status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
+        if not args.no_summary:
+            owned = proxy.owned
+            supervisor = owned.supervisor if owned is not None else None
+            summary.render(sessions.stats, sessions, sessions.era, sys.stderr, supervisor=supervisor)
+            if probe is not None:
+                probe.render(sys.stderr)
+    finally:
         if probe is not None:
-            probe.render(sys.stderr)
+            probe.close()
     return status

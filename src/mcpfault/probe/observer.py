@@ -365,10 +365,15 @@ class ProbeObserver:
 
     # -- the end -------------------------------------------------------------------------------
 
+    def drain(self) -> None:
+        """Report every call still queued (to the events file and the spans); no report after this."""
+        if self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join(timeout=30)
+
     def close(self) -> None:
-        """Report every call still queued, then stop the sidecar."""
-        self._queue.put(None)
-        self._worker.join(timeout=30)
+        """Drain, then stop the sidecar."""
+        self.drain()
         self._monitor.close()
 
     def render(self, out: TextIO) -> None:
