@@ -6,7 +6,6 @@ after the test, no process carrying the tag may be left (the orphan check reads 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
+from mcpfault.proxy.events import read_events
 from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
 
 PROCESS_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "servers" / "process_server.py")]
@@ -136,7 +136,7 @@ limit = 1
             second = int(text_of(await client.call_tool("whoami", {})))
             assert text_of(await client.call_tool("echo", {"text": "still here"})) == "still here"
     assert first != second
-    records = [json.loads(line) for line in events.read_text().splitlines()]
+    records = read_events(events)
     calls = [r for r in records if r.get("method") == "tools/call"]
     assert [(r["tool"], r["client_received"], r["server_generation"]) for r in calls] == [
         ("whoami", "response", 0),
@@ -284,7 +284,7 @@ async def test_stall_makes_the_sdk_call_time_out_and_the_server_answers_afterwar
             assert time.monotonic() - started < 2.5
             await anyio.sleep(3)
             assert text_of(await client.call_tool("echo", {"text": "after"})) == "after"
-    records = [json.loads(line) for line in events.read_text().splitlines()]
+    records = read_events(events)
     stalled = next(r for r in records if r["fault_type"] == "stall")
     assert stalled["client_received"] == "cancelled"  # the client gave up (and said so) while the server was stopped
     assert [r["client_received"] for r in records if r["tool"] == "echo"][-1] == "response"

@@ -216,3 +216,13 @@ def test_proxy_and_validate_take_a_bundled_name(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert checked.returncode == 0 and checked.stdout.count(": ok") == 2, checked.stderr
+
+
+def test_a_fault_setting_named_like_a_generic_key_is_the_faults() -> None:
+    """stall's duration_s is how long the server stops, not the rule's window (issue 12 and 13 both name it)."""
+    loaded = profile.loads('[[faults]]\ntype = "stall"\nduration_s = 3\nstart_after_s = 1\n')
+    rule = loaded.rules[0]
+    assert rule.fault.duration_s == 3.0  # type: ignore[attr-defined]
+    assert rule.duration_s is None and rule.start_after_s == 1.0
+    windowed = profile.loads('[[faults]]\ntype = "error"\nstart_after_s = 30\nduration_s = 10\n').rules[0]
+    assert windowed.duration_s == 10.0 and not windowed.in_window(41) and windowed.in_window(35)

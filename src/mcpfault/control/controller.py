@@ -39,6 +39,10 @@ MAX_STALL_S = 3600.0
 Counters = Callable[[], list[tuple[str, int, int]]]
 
 
+# How long POST /server/restart waits for the new generation before it answers with what it sees.
+RESTART_WAIT_S = 15.0
+
+
 class ControlError(MCPFaultError):
     """A control request that cannot be carried out; the message says why and what to do."""
 
@@ -226,6 +230,10 @@ class Controller:
             await server.restart()
         except CannotRestart as exc:
             raise NoServerControl(str(exc)) from None
+        # The answer says what the restart gave: wait (bounded) for the next generation to run.
+        deadline = asyncio.get_running_loop().time() + RESTART_WAIT_S
+        while (server.generation == before or server.pid is None) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
         self._note("restart", {"generation": server.generation, "pid": server.pid})
         return {"restarted": True, "generation": server.generation, "pid": server.pid, "previous_generation": before}
 

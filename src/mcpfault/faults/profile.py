@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
@@ -262,7 +262,12 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     after = _count(raw.get("after", 0), "after", report, allow_none=False)
     limit = _count(raw.get("limit"), "limit", report, allow_none=True)
     start_after_s = _seconds(raw.get("start_after_s"), "start_after_s", report)
-    duration_s = _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
+    # A fault type with a setting of a generic key's name (stall's and cpu_starve's duration_s: how
+    # long the server is stopped or starved) takes the key as its own; the rule has no window length.
+    own_fields = {f.name for f in dataclasses.fields(cast(Any, fault_type))} if fault_type is not None else set()
+    duration_s = (
+        None if "duration_s" in own_fields else _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
+    )
     sessions = raw.get("sessions")
     if sessions is not None and (
         not isinstance(sessions, int | float) or isinstance(sessions, bool) or not 0 < sessions <= 1
@@ -272,7 +277,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
 
     fault = None
     if fault_type is not None:
-        own = {k: v for k, v in raw.items() if k not in GENERIC_KEYS}
+        own = {k: v for k, v in raw.items() if k not in GENERIC_KEYS or k in own_fields}
         fault = settings.decode(fault_type, own, report, rule_keys=GENERIC_KEYS)
     if len(problems) > count or fault is None:
         return None
