@@ -20,7 +20,7 @@ EPILOG = """exit codes of run:
 
 examples:
   mcpfault experiment validate experiments/*.toml
-  mcpfault experiment run experiments/error-burst-stops.toml --dry-run
+  mcpfault experiment run error-burst-stops --dry-run      (a bundled experiment, by name)
   mcpfault experiment run experiments/error-burst-stops.toml --out results/burst"""
 
 
@@ -37,12 +37,12 @@ def add_parser(commands: Any) -> None:
     )
     actions = experiment.add_subparsers(dest="experiment_command", metavar="ACTION")
     validate = actions.add_parser("validate", help="check experiment files and name every problem")
-    validate.add_argument("files", nargs="+", type=Path, metavar="FILE.toml")
+    validate.add_argument("files", nargs="+", type=Path, metavar="FILE.toml|NAME")
     validate.set_defaults(handler=_validate)
     run = actions.add_parser(
         "run", help="run an experiment", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    run.add_argument("file", type=Path, metavar="FILE.toml")
+    run.add_argument("file", type=Path, metavar="FILE.toml|NAME")
     run.add_argument("--out", type=Path, metavar="DIR", help="where results go (default results/experiment-NAME)")
     run.add_argument("--dry-run", action="store_true", help="validate and print the timeline; start nothing")
     run.set_defaults(handler=_run)

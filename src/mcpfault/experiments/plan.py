@@ -189,12 +189,28 @@ class Plan:
         return self.warmup_s + self.method_s + self.cooldown_s
 
 
+# The experiments that ship inside the package (package data), usable by name: ``experiment run server-killed``.
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+
+
+def bundled() -> dict[str, Path]:
+    """The bundled experiments by name, sorted."""
+    return {path.stem: path for path in sorted(BUNDLED_DIR.glob("*.toml"))}
+
+
 def load(path: str | Path) -> Plan:
+    """An experiment file by path, or a bundled one by name; every problem at once (ExperimentError)."""
     path = Path(path)
+    if not path.exists() and path.suffix != ".toml" and len(path.parts) == 1 and str(path) in bundled():
+        path = bundled()[str(path)]
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ExperimentError([Problem(str(path), "file", "does not exist; check the path")]) from None
+        where = str(path) if path.is_absolute() else f"{path} (relative to the working directory {Path.cwd()})"
+        known = ", ".join(bundled()) or "none bundled"
+        raise ExperimentError(
+            [Problem(str(path), "file", f"{where} does not exist; give a path, or a bundled name: {known}")]
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ExperimentError([Problem(str(path), "file", f"cannot be read: {exc}")]) from None
     try:
