@@ -150,7 +150,7 @@ def _proxy(args: argparse.Namespace) -> int:
     engine = Engine(loaded, live=live)
     _say_not_carried(rules_not_carried(loaded, "stdio"), owns_process=True)
     events = _proxy_events(args, loaded, "stdio")
-    probe = _proxy_probe(args, events)
+    probe = _proxy_probe(args, events, loaded)
     telemetry, observers = _telemetry(args, probe)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     observers += [telemetry.observer] if telemetry.observer is not None else []
@@ -239,7 +239,7 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     return EXIT_CHECK_FAILED if report.idle else EXIT_OK
 
 
-def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
+def _proxy_probe(args: argparse.Namespace, events: Any, loaded: Any) -> Any:
     """The --probe observer, started (its sidecar ready) before the server; None without --probe."""
     if args.probe is None:
         if args.probe_policy is not None:
@@ -248,7 +248,7 @@ def _proxy_probe(args: argparse.Namespace, events: Any) -> Any:
     from mcpfault.probe import setup
 
     try:
-        return setup.start(args.probe, policy_file=args.probe_policy, profile=args.config, events=events)
+        return setup.start(args.probe, policy_file=args.probe_policy, profile=Path(loaded.source), events=events)
     except BaseException:
         if events is not None:
             events.close()
@@ -395,7 +395,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     # Process rules fire only on a server the proxy started (a stdio server behind the bridge).
     _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args, loaded, "http")
-    probe = _proxy_probe(args, events)
+    probe = _proxy_probe(args, events, loaded)
     hooks = [probe.on_start] if probe is not None else []
     attributes = {} if upstream is None else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
