@@ -148,6 +148,12 @@ def test_a_server_restart_rescopes_the_sidecar_to_the_new_process_tree(tmp_path:
             process_group=0,
         )
         actors.append(actor)
+        # Started and done importing before it is scoped: a start-up's own file opens must not land in
+        # another call's window.
+        assert actor.stdin is not None and actor.stdout is not None
+        actor.stdin.write("ready\n")
+        actor.stdin.flush()
+        assert actor.stdout.readline() == "done\n"
         return actor
 
     def act(actor: subprocess.Popen[str], call_id: str) -> list[str]:
