@@ -17,7 +17,18 @@ from typing import Any
 import pytest
 
 from mcpfault.proxy.events import read_events
+from mcpfault.telemetry.logging import CURRENT_SPAN
 from tests.otlp_support import OtlpReceiver
+
+
+@pytest.fixture(autouse=True)
+def _no_span_from_an_earlier_test() -> Iterator[None]:
+    """The span recorder leaves its last span's ids for the log lines that follow in the thread (until
+    the next span starts): a test that records spans in-process must not lend them to the next test."""
+    token = CURRENT_SPAN.set(None)
+    yield
+    CURRENT_SPAN.reset(token)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
