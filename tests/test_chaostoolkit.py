@@ -182,7 +182,10 @@ def test_chaos_discover_lists_every_activity_with_its_arguments(tmp_path: Path) 
 
 def test_the_server_actions_and_probes_on_a_supervised_stdio_proxy(tmp_path: Path) -> None:
 
-    with Proxy(MOCK, profile="baseline", workdir=tmp_path) as proxy:
+    # Restarted on a crash: a SIGKILL then leaves a proxy to talk to (with restart = "never" the proxy
+    # would end with its server, and what follows would race that end).
+    supervised = {"name": "supervised", "server": {"restart": "on-crash", "restart_delay_s": 0.1}}
+    with Proxy(MOCK, profile=supervised, workdir=tmp_path) as proxy:
         assert proxy.command is not None and proxy.control_url is not None
         launch = subprocess.Popen(
             proxy.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -200,13 +203,12 @@ def test_the_server_actions_and_probes_on_a_supervised_stdio_proxy(tmp_path: Pat
             assert proxy.control is not None
             before = proxy.control.status()["server"]
             assert actions.restart_server(configuration)["restarted"] is True
-            # The answer comes as the restart begins (it names the old process); the new one follows.
+            # The answer names the next generation (the controller waits, bounded, for it to run).
             first = wait_server(proxy, lambda server: server["generation"] == 1 and server["pid"])
             assert first["pid"] != before["pid"]
             crashed = actions.crash_server("SIGKILL", configuration)
             assert crashed["crashed"] == first["pid"]
-            actions.restart_server(configuration)
-            wait_server(proxy, lambda server: server["generation"] >= 2 and server["pid"])
+            wait_server(proxy, lambda server: server["generation"] >= 2 and server["pid"])  # the supervisor's restart
             assert probes.server_alive(configuration) is True
             assert actions.stall_server(0.2, configuration)["duration_s"] == 0.2
             assert actions.disable_faults(configuration) == {"faults_enabled": False}
