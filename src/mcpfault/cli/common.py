@@ -8,9 +8,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from mcpfault.errors import ProblemsError
+from mcpfault.errors import ProblemsError, UsageError
 
 T = TypeVar("T")
+G = TypeVar("G", str, Path)
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -45,18 +46,26 @@ def announce_metrics(url: str | None) -> None:
         sys.stderr.flush()
 
 
-def check_files(paths: Sequence[Path], load: Callable[[Path], T], describe: Callable[[T], str], noun: str) -> int:
-    """Load each file, printing every problem of the bad ones and a line for the good; how many were bad."""
+def check_files(given: Sequence[G], load: Callable[[G], T], describe: Callable[[T], str], noun: str) -> int:
+    """Load each file, printing every problem of the bad ones and a line for the good; how many were bad.
+
+    ``describe`` gives the good line's text: the resolved path and what was loaded. A name that
+    resolves to no file (a :class:`UsageError`) counts as bad, with its message after the name.
+    """
     failed = 0
-    for path in paths:
+    for item in given:
         try:
-            loaded = load(path)
+            loaded = load(item)
         except ProblemsError as exc:
             failed += 1
             for problem in exc.problems:
                 print(problem, file=sys.stderr)
             continue
-        print(f"{path}: ok ({describe(loaded)})")
+        except UsageError as exc:
+            failed += 1
+            print(f"{item}: {exc}", file=sys.stderr)
+            continue
+        print(describe(loaded))
     if failed:
-        print(f"{failed} of {len(paths)} {noun}(s) have problems", file=sys.stderr)
+        print(f"{failed} of {len(given)} {noun}(s) have problems", file=sys.stderr)
     return failed

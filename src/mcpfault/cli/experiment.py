@@ -64,7 +64,7 @@ def _validate(args: argparse.Namespace) -> int:
     from mcpfault.experiments.plan import load
 
     def describe(plan: Any) -> str:
-        return f"{plan.title!r}: {len(plan.method)} action(s), {plan.total_s:g} s"
+        return f"{plan.source}: ok ({plan.title!r}: {len(plan.method)} action(s), {plan.total_s:g} s)"
 
     return EXIT_INVALID if check_files(args.files, load, describe, "experiment file") else EXIT_OK
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, usage
-from mcpfault.errors import ProfileError, UsageError
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, usage
+from mcpfault.errors import UsageError
 
 
 def add_checks(commands: Any) -> None:
@@ -90,25 +90,13 @@ def add_tools(commands: Any) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
 
-    failed = 0
-    for given in args.profiles:
-        try:
-            path = profile.resolve(given)
-        except UsageError as exc:
-            failed += 1
-            print(f"{given}: {exc}", file=sys.stderr)
-            continue
-        try:
-            loaded = profile.load(path)
-        except ProfileError as exc:
-            failed += 1
-            for problem in exc.problems:
-                print(problem, file=sys.stderr)
-            continue
-        print(f"{path}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))")
-    if failed:
-        print(f"{failed} of {len(args.profiles)} profile(s) have problems", file=sys.stderr)
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
+    def load(given: str) -> profile.Profile:
+        return profile.load(profile.resolve(given))
+
+    def describe(loaded: profile.Profile) -> str:
+        return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))"
+
+    return EXIT_CHECK_FAILED if check_files(args.profiles, load, describe, "profile") else EXIT_OK
 
 
 def _profiles(args: argparse.Namespace) -> int:
