@@ -315,8 +315,10 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mcpfault.analysis.records import write_records
+    from mcpfault.analysis.server import write_accounts
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
+        SERVER_ACCOUNTS,
         BenchConfig,
         expand_profile_names,
         parse_shard,
@@ -400,7 +402,8 @@ def _bench(args: argparse.Namespace) -> int:
         session_tasks=args.session_tasks,
         trials=args.trials,
     )
-    report = write_report(result.records, out, meta) if result.records else None
+    write_accounts(out / SERVER_ACCOUNTS, result.servers)
+    report = write_report(result.records, out, meta, result.servers) if result.records else None
     print_summary(result.records, console)
     if result.records:
         print_model_usage(result.records, console)
@@ -466,7 +469,8 @@ def _report(args: argparse.Namespace) -> int:
     import shlex
 
     from mcpfault.analysis.records import write_records
-    from mcpfault.harness.bench import merge_results
+    from mcpfault.analysis.server import write_accounts
+    from mcpfault.harness.bench import SERVER_ACCOUNTS, merge_results
     from mcpfault.harness.report import ReportMeta, print_summary, write_report
 
     merged = merge_results(args.merge, allow_partial=args.allow_partial)
@@ -488,7 +492,9 @@ def _report(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
         trials=merged.trials,
     )
-    report = write_report(merged.records, out, meta)
+    if merged.servers:
+        write_accounts(out / SERVER_ACCOUNTS, merged.servers)
+    report = write_report(merged.records, out, meta, merged.servers)
     print_summary(merged.records, _console())
     print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
     return EXIT_OK

@@ -156,7 +156,7 @@ def _proxy(args: argparse.Namespace) -> int:
     observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
-    supervisor = Supervisor(command, loaded.server, observers=server_observers(core))
+    supervisor = Supervisor(command, loaded.server, observers=[*server_observers(core), *_server_events(events)])
     if probe is not None:
         supervisor.start_hooks.append(probe.on_start)  # the sidecar is scoped to every generation
     if controller is not None:
@@ -302,6 +302,13 @@ def _proxy_events(args: argparse.Namespace, loaded: Any, transport: str) -> Any:
         raise UsageError(f"--events {args.events}: cannot open for writing ({exc.strerror})") from None
 
 
+def _server_events(events: Any) -> list[Any]:
+    """The supervised server's deaths, restarts and downtime as lines of the --events file (when given)."""
+    from mcpfault.proxy.supervisor import ServerEvents
+
+    return [ServerEvents(events)] if events is not None else []
+
+
 def _controller(args: argparse.Namespace, live: Any, *, transport: str, counters: Any, stats: Any, events: Any) -> Any:
     """The controller behind ``--control``, or None; the address is checked before anything starts."""
     if args.control is None:
@@ -401,6 +408,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
     announce_metrics(telemetry.server.url if telemetry.server is not None else None)
     server_watchers = [telemetry.observer] if telemetry.observer is not None else []
+    server_watchers += _server_events(events)
     process = None
     if command and upstream is None:  # stdio servers behind the bridge, one per protocol era
         upstream = EraRouter(command, settings=loaded.server, observers=server_watchers, on_start=hooks)

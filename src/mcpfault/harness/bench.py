@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpfault.analysis.records import TaskRecord, read_records
+from mcpfault.analysis.server import ServerAccount, read_accounts
 from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
@@ -36,6 +37,7 @@ DEFAULT_PROFILES = GENTLE_PROFILES
 # Names that stand for a set of bundled profiles in ``bench --profiles``.
 PROFILE_SETS = {"gentle": GENTLE_PROFILES, "stress": STRESS_PROFILES, "process": PROCESS_PROFILES}
 DEFAULT_AGENTS = AGENT_ORDER
+SERVER_ACCOUNTS = "server.jsonl"  # beside records.jsonl: each session's server crashes, restarts, downtime
 # Profiles whose sessions wait the most start first, so the slowest work is not left for last.
 SLOW_FIRST = {"timeout": 0, "latency": 1, "mixed": 2, "malformed": 3}
 
@@ -80,6 +82,7 @@ class BenchResult:
     sessions: int = 0
     latencies: list[tuple[float, float]] = field(default_factory=list)
     broken: list[BrokenSession] = field(default_factory=list)  # the sessions behind ``errors``
+    servers: list[ServerAccount] = field(default_factory=list)  # each session's server, where anything befell it
 
     def proxy_overhead(self) -> dict[str, float] | None:
         """Medians over calls no fault touched: what the client waited, what the server took, the difference."""
@@ -223,6 +226,8 @@ async def run_bench(
     ):
         result.records.extend(session.records)
         result.latencies.extend(session.latencies)
+        if session.server is not None and not session.server.empty:
+            result.servers.append(session.server)
         if session.error:
             result.errors.append(session.error)
             plan = session.plan
@@ -241,12 +246,14 @@ class MergedResults:
     missing: tuple[str, ...] = ()  # shards (I/N) not given: only with allow_partial
     broken: tuple[BrokenSession, ...] = ()  # every shard's
     trials: int = 1
+    servers: tuple[ServerAccount, ...] = ()  # every shard's server.jsonl
 
 
 def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -> MergedResults:
     """The records of bench shards as one matrix; refuses overlapping shards, mixed seeds and, unless
     ``allow_partial``, an incomplete set of shards (a Kubernetes Indexed Job that lost a pod)."""
     records: list[TaskRecord] = []
+    servers: list[ServerAccount] = []
     metas: list[dict[str, Any]] = []
     for directory in directories:
         path = directory / "records.jsonl"
@@ -256,6 +263,12 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
             records.extend(read_records(path))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        servers_path = directory / SERVER_ACCOUNTS
+        if servers_path.is_file():
+            try:
+                servers.extend(read_accounts(servers_path))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         meta_path = directory / "bench.json"
         metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
     seen: set[tuple[str, str, int, int, int]] = set()
@@ -285,6 +298,7 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
         started_at=min((str(m["started_at"]) for m in metas if "started_at" in m), default=""),
         missing=tuple(missing),
         trials=max(r.trial for r in records) + 1,
+        servers=tuple(servers),
         broken=tuple(
             BrokenSession(str(b["profile"]), str(b["agent"]), int(b["session"]), str(b["error"]))
             for m in metas

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcpfault.analysis.records import OUTCOMES, TaskRecord
+from mcpfault.analysis.server import OWN_EXIT, ServerAccount
 from mcpfault.analysis.summary import (
     AGENT_ORDER,
     FAULT_TYPE_ORDER,
@@ -31,6 +32,7 @@ from mcpfault.analysis.summary import (
     summarize,
     wilson,
 )
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.harness.charts import (
     AGENT_COLOURS,
     CHARTS,
@@ -141,7 +143,15 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def render_markdown(summary: Summary, meta: ReportMeta) -> str:
+def render_markdown(
+    summary: Summary,
+    meta: ReportMeta,
+    *,
+    records: Sequence[TaskRecord] = (),
+    servers: Sequence[ServerAccount] = (),
+) -> str:
+    """The report; ``records`` (those ``summary`` came from) and ``servers`` (each session's server
+    account) give the process-fault table, left out without them."""
     sections = [
         _header(summary, meta),
         _success_section(summary, meta),
@@ -152,6 +162,7 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),
+        _process_section(summary.agents, records, servers),
         _failures_section(summary),
         _overhead_section(meta),
         _charts_section(),
@@ -559,6 +570,73 @@ def _recovery_cell(stats: RecoveryStats | None) -> str:
     return f"{milliseconds(stats.median_s)} / {milliseconds(stats.p95_s)} ({stats.samples})"
 
 
+PROCESS_FAULT_TYPES = tuple(kind.type_name for kind in CATALOG if kind.needs_process)
+
+
+def _process_section(
+    agents: Sequence[str], records: Sequence[TaskRecord], servers: Sequence[ServerAccount]
+) -> list[str]:
+    """Per agent and process fault type (and the server's own deaths): what the supervisor recorded
+    (crashes, restarts, downtime) beside how the agent's tasks fared."""
+    causes = {c for account in servers for part in _account_parts(account) for c in part}
+    touched = {t for r in records for t in r.fault_types if t in PROCESS_FAULT_TYPES}
+    kinds = ordered(causes | touched, (*PROCESS_FAULT_TYPES, OWN_EXIT))
+    if not kinds:
+        return []
+    lines = [
+        "## The server process: downtime and recovery by fault type",
+        "",
+        "What the proxy's supervisor recorded in each session's events file: **crashes** (deaths with a "
+        "non-zero status or caused by a fault), **restarts** after them, and **server downtime**, from a "
+        "death to the first answer of the restarted server (`p50 / max (n)`; `lost` counts windows the "
+        f"session ended in). `{OWN_EXIT}` is a server that died by itself; `control` one the control API ended. "
+        "**Client recovery** is over the recovered tasks the fault type affected: from the first affected "
+        "attempt to the task's correct completion. The outcome columns count the tasks it touched.",
+        "",
+    ]
+    rows = []
+    for agent in agents:
+        mine = [a for a in servers if a.agent == agent]
+        for kind in kinds:
+            tasks = [r for r in records if r.agent == agent and kind in r.fault_types]
+            crashes = sum(a.crashes.get(kind, 0) for a in mine)
+            restarts = sum(a.restarts.get(kind, 0) for a in mine)
+            downtimes = [d for a in mine for d in a.downtimes_s.get(kind, [])]
+            lost = sum(a.lost.get(kind, 0) for a in mine)
+            if not tasks and not crashes and not downtimes and not lost:
+                continue
+            recoveries = [
+                r.recovery_s
+                for r in tasks
+                if r.outcome == "recovered" and r.recovery_s is not None and kind in r.affected_types
+            ]
+            outcomes = Counter(r.outcome for r in tasks)
+            rows.append(
+                [
+                    md(agent),
+                    md(kind),
+                    str(len(tasks)),
+                    *(str(outcomes[o]) for o in OUTCOMES),
+                    str(crashes),
+                    str(restarts),
+                    _p50_max(downtimes) + (f", lost {lost}" if lost else ""),
+                    _p50_max(recoveries),
+                ]
+            )
+    header = ["agent", "fault type", "tasks", *OUTCOMES, "crashes", "restarts", "server downtime", "client recovery"]
+    return [*lines, *md_table(header, rows, left_columns=2)]
+
+
+def _account_parts(account: ServerAccount) -> tuple[Iterable[str], ...]:
+    return (account.crashes, account.restarts, account.downtimes_s, account.lost)
+
+
+def _p50_max(seconds: Sequence[float]) -> str:
+    if not seconds:
+        return "-"
+    return f"{milliseconds(percentile(seconds, 50))} / {milliseconds(max(seconds))} ({len(seconds)})"
+
+
 def _failures_section(summary: Summary) -> list[str]:
     lines = ["## Failures by class", "", "The failure class that ended each failed_detected task, per agent.", ""]
     if not summary.failure_classes:
@@ -605,8 +683,11 @@ def _charts_section() -> list[str]:
     ]
 
 
-def write_report(records: Sequence[TaskRecord], out_dir: Path, meta: ReportMeta) -> Path:
-    """Write out_dir/report.md and out_dir/charts/*.svg; return the report path.
+def write_report(
+    records: Sequence[TaskRecord], out_dir: Path, meta: ReportMeta, servers: Sequence[ServerAccount] = ()
+) -> Path:
+    """Write out_dir/report.md and out_dir/charts/*.svg; return the report path. ``servers``: each
+    session's server account (crashes, restarts, downtime), for the process-fault table.
 
     Raises ValueError before touching the disk when there are no records.
     """
@@ -617,7 +698,7 @@ def write_report(records: Sequence[TaskRecord], out_dir: Path, meta: ReportMeta)
     for name, svg in render_charts(summary).items():
         (charts / name).write_text(svg, encoding="utf-8", newline="\n")
     report = out_dir / "report.md"
-    report.write_text(render_markdown(summary, meta), encoding="utf-8", newline="\n")
+    report.write_text(render_markdown(summary, meta, records=records, servers=servers), encoding="utf-8", newline="\n")
     return report
 
 

@@ -43,6 +43,7 @@ from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.analysis.server import ServerAccount, account_of
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
@@ -50,7 +51,7 @@ from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
-from mcpfault.proxy.events import read_events
+from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
@@ -95,6 +96,7 @@ class SessionResult:
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (client s, upstream s), unfaulted calls
     join_mismatches: list[str] = field(default_factory=list)  # tasks the trace and request-id joins disagree on
     trace_id: str | None = None  # the session's trace, when traced
+    server: ServerAccount | None = None  # the proxy's account of the server's crashes, restarts, downtime
 
 
 def proxy_command(plan: SessionPlan) -> list[str]:
@@ -313,6 +315,13 @@ async def _run_tasks(
                 f"proxy's events or the server's state ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
             )
     result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
+    result.server = account_of(
+        read_server_events(plan.out_dir / "events.jsonl"),
+        profile=plan.profile_name,
+        agent=plan.agent,
+        session=plan.session,
+        trial=plan.trial,
+    )
 
 
 async def _make_agent(

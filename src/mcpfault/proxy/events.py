@@ -3,7 +3,8 @@
 A file is appended to, never truncated: a client such as Claude Desktop relaunches its servers (and
 with them the proxy) often, and each launch's records stay. Each launch first writes one start line
 (``"event": "proxy_started"``, with the pid, profile, seed and transport), so the runs in one file can
-be told apart; ``read_events`` returns the request records only.
+be told apart; ``read_events`` returns the request records only. A supervised server's deaths,
+restarts and downtime are lines of their own (``SERVER_EVENTS``; ``read_server_events``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from typing import IO, Any, Protocol
 from mcpfault.protocol.jsonlines import read_jsonl
 
 START_EVENT = "proxy_started"
+# The supervised server's lifecycle (proxy/supervisor.py's ServerEvents): a death, a new generation
+# started, and the first answer after a restart (with the downtime since the death).
+SERVER_EXITED = "server_exited"
+SERVER_RESTARTED = "server_restarted"
+SERVER_BACK = "server_back"
+SERVER_EVENTS = (SERVER_EXITED, SERVER_RESTARTED, SERVER_BACK)
+OWN_EXIT = "none"  # the cause of a death no fault caused (also the fault_type label of crashes_total)
 
 
 class EventSink(Protocol):
@@ -61,6 +69,11 @@ def start_record(facts: Mapping[str, Any]) -> dict[str, Any]:
 def read_events(path: Path) -> list[dict[str, Any]]:
     """The request records of an events file, every launch's, without the start lines."""
     return [row for row in read_jsonl(path) if isinstance(row, dict) and "event" not in row]
+
+
+def read_server_events(path: Path) -> list[dict[str, Any]]:
+    """The supervised server's lifecycle records of an events file, every launch's, in order."""
+    return [row for row in read_jsonl(path) if isinstance(row, dict) and row.get("event") in SERVER_EVENTS]
 
 
 class MemoryEventSink:

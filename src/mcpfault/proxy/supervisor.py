@@ -18,32 +18,86 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import structlog
 
 from mcpfault.faults.profile import ServerSettings
+from mcpfault.proxy import events
 from mcpfault.proxy.child import ChildProcess
 
 log = structlog.get_logger("mcpfault.proxy")
 
 RSS_SAMPLE_S = 0.1  # how often an oom_kill rule reads the server's resident memory
-OWN_EXIT = "none"  # the cause of a death no fault caused (the fault_type label of crashes_total)
+OWN_EXIT = events.OWN_EXIT  # the cause of a death no fault caused (the fault_type label of crashes_total)
 
 StartHook = Callable[[int, int, int], None]  # (pid, pgid, generation), on every (re)start
 Later = Callable[[], Coroutine[Any, Any, None]]
 Schedule = Callable[[Later], object]
 
 
+@dataclass(frozen=True, slots=True)
+class ServerDeath:
+    """One generation's end, as the supervisor saw it."""
+
+    generation: int
+    exit_status: int  # as a shell shows it (137 after SIGKILL)
+    cause: str  # the fault type (or "control") that ended it, OWN_EXIT when nothing of ours did
+    crashed: bool  # a non-zero exit, or one we caused
+    restarting: bool  # a next generation follows (after restart_delay_s)
+
+
 class ServerObserver:
-    """What the supervisor reports (metrics); every method does nothing unless overridden."""
+    """What the supervisor reports (metrics, event records); every method does nothing unless overridden."""
+
+    def server_died(self, death: ServerDeath) -> None: ...
 
     def server_crashed(self, cause: str, exit_status: int) -> None: ...
 
     def server_restarted(self, generation: int) -> None: ...
 
     def server_back(self, downtime_s: float) -> None: ...
+
+    def server_given_up(self) -> None:
+        """The next ``server_back`` ends a window with no server back: the proxy ends while it is down."""
+
+
+class ServerEvents(ServerObserver):
+    """The server's lifecycle as lines of the events file (``proxy/events.py``), beside the requests':
+    each death, each restart, and the end of each down window with its length and the cause of the
+    death that opened it. The bench's account of crashes and downtime reads these, not the metrics."""
+
+    def __init__(self, sink: events.EventSink) -> None:
+        self._sink = sink
+        self._cause = OWN_EXIT  # of the death that opened the current down window
+        self._given_up = False
+
+    def _write(self, event: str, **facts: Any) -> None:
+        self._sink.write({"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "event": event, **facts})
+
+    def server_died(self, death: ServerDeath) -> None:
+        self._cause = death.cause
+        self._write(
+            events.SERVER_EXITED,
+            generation=death.generation,
+            exit_status=death.exit_status,
+            cause=death.cause,
+            crashed=death.crashed,
+            restarting=death.restarting,
+        )
+
+    def server_restarted(self, generation: int) -> None:
+        self._write(events.SERVER_RESTARTED, generation=generation, cause=self._cause)
+
+    def server_given_up(self) -> None:
+        self._given_up = True
+
+    def server_back(self, downtime_s: float) -> None:
+        back, self._given_up = not self._given_up, False
+        self._write(events.SERVER_BACK, cause=self._cause, downtime_s=round(downtime_s, 6), back=back)
 
 
 class Supervisor:
@@ -151,6 +205,10 @@ class Supervisor:
             )
         elif wanted and not shutting_down:
             log.warning("the MCP server exited; not restarting it again", max_restarts=self.settings.max_restarts)
+        if not shutting_down:
+            death = ServerDeath(self._generation, exit_status, cause, crashed, restart)
+            for observer in self._observers:
+                observer.server_died(death)
         return restart
 
     def answered(self) -> None:
@@ -165,6 +223,9 @@ class Supervisor:
 
     def gave_up(self) -> None:
         """The transport ends while the server is down: the downtime so far counts."""
+        if self._down_since is not None:
+            for observer in self._observers:
+                observer.server_given_up()
         self.answered()
 
     # -- ServerProcessOps: what process faults act through ------------------------------------------
