@@ -57,6 +57,7 @@ from mcpfault.telemetry.tracing import SpanView, configure_tracing
 if TYPE_CHECKING:
     from mcpfault.harness.agents.llm.agent import LLMConfig
 
+SERVER_JOURNAL = "server-journal.jsonl"  # the mock's state changes, in the session directory it works in
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
@@ -105,6 +106,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     # `python -m mcpfault.mock` is `mcpfault mock-server` without the command-line tool's imports.
     server = [python, "-m", "mcpfault.mock", "--seed", str(plan.world_seed)]
     server += ["--state", str(plan.out_dir / "server-state.json")]
+    # Its writes survive a restart (crash_restart), and each is a file write the probe can see.
+    server += ["--journal", str(plan.out_dir / SERVER_JOURNAL)]
     if plan.traces:
         server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
     if plan.server_command is not None:
@@ -231,8 +234,8 @@ async def run_session(
 ) -> SessionResult:
     """Run the plan's tasks through a fresh proxy and judge them; ``launcher`` forks the proxy (see forkserver)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    for name in traces.SPAN_FILES:
-        (plan.out_dir / name).unlink(missing_ok=True)  # span files are appended to: a rerun starts afresh
+    for name in (*traces.SPAN_FILES, SERVER_JOURNAL):
+        (plan.out_dir / name).unlink(missing_ok=True)  # appended to (and replayed): a rerun starts afresh
     result = SessionResult(plan)
     trace = SessionTrace(plan) if plan.traces else None
     try:
