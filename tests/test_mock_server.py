@@ -731,7 +731,7 @@ def test_package_serve_keeps_the_cli_signature() -> None:
 
     expected = inspect.signature(mcpfault.mock.server.serve)
     assert inspect.signature(mcpfault.mock.serve) == expected
-    assert list(expected.parameters) == ["seed", "state_path", "spans_path", "otlp_endpoint"]
+    assert list(expected.parameters) == ["seed", "state_path", "spans_path", "otlp_endpoint", "journal_path"]
 
 
 @pytest.mark.slow

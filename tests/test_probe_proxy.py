@@ -375,3 +375,28 @@ def test_a_sidecar_that_dies_costs_the_client_nothing(tmp_path: Path, monkeypatc
     confirmed = [r["probe_confirmed"] for r in world.reports()]
     assert confirmed == [True, False, False]
     assert "the probe sidecar is gone" in world.stderr.read_text()
+
+
+SECRET = "hunter2-do-not-leak"
+
+
+@pytest.mark.parametrize("backend", ["ebpf", "fake"])
+def test_no_secret_in_an_exec_argv_reaches_the_events_or_the_spans(tmp_path: Path, backend: str) -> None:
+    """The kernel reports a shell's whole ``-c`` script (up to 200 characters): its secrets are redacted."""
+    world = World(tmp_path)
+    command = f"true --password={SECRET} --api-key {SECRET} MY_TOKEN={SECRET}"
+    script = tmp_path / "script.json"
+    exec_event = {"type": "exec", "pid": 3, "argv": ["/bin/sh", "-c", command]}
+    script.write_text(json.dumps({"events": [{"trigger": "begin", "tool": "shell_out", "event": exec_event}]}))
+    probe = "ebpf" if backend == "ebpf" else f"fake:{script}"
+
+    async def run(client: Client) -> None:
+        await client.call_tool("shell_out", {"command": command})
+
+    run_client(world.params(probe, world.policy()), world.stderr, run)
+    (report,) = world.reports()
+    execs = [e["detail"] for e in report["side_effects"] if e["type"] == "exec"]
+    assert execs == ["/bin/sh -c true --password=[redacted] --api-key [redacted] MY_TOKEN=[redacted]"], report
+    assert any(f["category"] == "runtime.exec" for f in report["findings"])
+    for written in (world.events, world.spans, world.stderr):
+        assert SECRET not in written.read_text(), written

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from mcpfault.errors import UsageError
 from mcpfault.probe import ebpf, policy
 from mcpfault.probe.observer import FINDING_CATEGORIES
-from mcpfault.probe.protocol import EVENT_TYPES, CallWindows
+from mcpfault.probe.protocol import EVENT_TYPES, CallWindows, redact_argv
 from mcpfault.telemetry.metrics import SideEffectMetrics
 
 
@@ -59,6 +59,50 @@ def test_bpftrace_lines_become_protocol_events() -> None:
     assert v6 is not None and udp is not None and chmod is not None
     assert (v6["dst"], udp["proto"], chmod["mode"]) == ("[::1]:8080", "udp", "4755")
     assert ebpf.to_event("O", 7, ["py", "-100", "0", ""]) is None  # a name not paged in: nothing to judge
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["/usr/bin/mysql", "--password=hunter2", "-u", "app"],
+            ["/usr/bin/mysql", "--password=[redacted]", "-u", "app"],
+        ),
+        (
+            ["/usr/bin/tool", "--api-key", "K-123", "--verbose"],
+            ["/usr/bin/tool", "--api-key", "[redacted]", "--verbose"],
+        ),
+        (
+            ["/usr/bin/env", "GITHUB_TOKEN=ghp_abc", "PGPASSWORD=pw", "LANG=C"],
+            ["/usr/bin/env", "GITHUB_TOKEN=[redacted]", "PGPASSWORD=[redacted]", "LANG=C"],
+        ),
+        (
+            ["/usr/bin/curl", "-H", "Authorization: Basic dXNlcjpwdw=="],
+            ["/usr/bin/curl", "-H", "Authorization: Basic [redacted]"],
+        ),
+        (["/usr/bin/curl", "-H", "X-Auth: Bearer abc.def"], ["/usr/bin/curl", "-H", "X-Auth: [redacted]"]),
+        (
+            ["/usr/bin/git", "clone", "https://bob:s3cret@git.example/r"],
+            ["/usr/bin/git", "clone", "https://***@git.example/r"],
+        ),
+        (  # a shell script is one argument of many words
+            ["/bin/sh", "-c", "deploy --db-password s3cret AWS_SECRET_ACCESS_KEY=x now"],
+            ["/bin/sh", "-c", "deploy --db-password [redacted] AWS_SECRET_ACCESS_KEY=[redacted] now"],
+        ),
+        (
+            ["/usr/bin/python3", "-c", "print(1)", "a=b", "--keep"],
+            ["/usr/bin/python3", "-c", "print(1)", "a=b", "--keep"],
+        ),
+        ([], []),
+    ],
+)
+def test_secrets_in_an_exec_argv_are_redacted(argv: list[str], expected: list[str]) -> None:
+    assert redact_argv(argv) == expected
+
+
+def test_the_ebpf_backend_redacts_an_exec_before_it_leaves_the_sidecar() -> None:
+    event = ebpf.to_event("X", 7, ["sh", "-100", "/usr/bin/tool", "--token", "t0ps3cret"])
+    assert event is not None and event["argv"] == ["/usr/bin/tool", "--token", "[redacted]"]
 
 
 def test_every_probe_is_on_a_syscall_the_kernel_has() -> None:

@@ -73,6 +73,20 @@ def touches_by_task(
     return touches
 
 
+def duplicates_by_task(attempts: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]) -> dict[int, int]:
+    """Task index -> the calls the side-effect probe marked as duplicates (``proxy --probe``'s records):
+    a lost call's repeat that made the server act again."""
+    task_of = {a["request_id"]: a.get("task") for a in attempts}
+    found: dict[int, int] = {}
+    for event in events:
+        if event.get("record") != "side_effects" or event.get("duplicate_of") is None:
+            continue
+        task = task_of.get(event.get("request_id"))
+        if task is not None:
+            found[task] = found.get(task, 0) + 1
+    return found
+
+
 def latency_pairs(
     attempts: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]
 ) -> list[tuple[float, float]]:

@@ -123,6 +123,22 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         metavar="URL",
         help="push task outcomes, recovery times, retries, duplicates and silent failures to a Pushgateway at the end",
     )
+    parser.add_argument(
+        "--probe",
+        metavar="ebpf|fake:EVENTS.json",
+        help="run each proxy with the side-effect probe (eBPF: root and bpftrace); the probe's duplicate side "
+        "effects must agree with the judge's duplicates, else the session is reported broken (exit 1)",
+    )
+
+
+def _probe(option: str | None) -> str | None:
+    """--probe, checked before anything starts (exit 2 with one line); a fake events file made absolute."""
+    if option is None:
+        return None
+    from mcpfault.probe import setup
+
+    backend, events_file = setup.check(option)
+    return f"fake:{events_file.absolute()}" if events_file is not None else backend
 
 
 def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
@@ -257,6 +273,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
     endpoint = _otlp_endpoint(args.otlp_endpoint)
     _check_pushgateway(args.pushgateway)
+    probe = _probe(args.probe)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
     world = World.generate(args.seed)
     plan = SessionPlan(
@@ -272,6 +289,7 @@ def _run(args: argparse.Namespace) -> int:
         proxy_summary=True,
         otlp_endpoint=endpoint,
         llm=llm,
+        probe=probe,
     )
     if llm is not None:
         import shlex
@@ -352,6 +370,7 @@ def _bench(args: argparse.Namespace) -> int:
         shard=parse_shard(args.shard) if args.shard else None,
         trials=args.trials,
         llm=llm,
+        probe=_probe(args.probe),
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)

@@ -84,6 +84,9 @@ def add_tools(commands: Any) -> None:
     mock.add_argument(
         "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
+    from mcpfault.mock.__main__ import JOURNAL_HELP
+
+    mock.add_argument("--journal", type=Path, metavar="FILE.jsonl", help=JOURNAL_HELP)
     mock.set_defaults(handler=_mock_server)
 
 
@@ -216,5 +219,11 @@ def _traces_show(args: argparse.Namespace) -> int:
 def _mock_server(args: argparse.Namespace) -> int:
     from mcpfault.mock.server import serve
 
-    serve(seed=args.seed, state_path=args.state, spans_path=args.spans, otlp_endpoint=args.otlp_endpoint)
+    serve(
+        seed=args.seed,
+        state_path=args.state,
+        spans_path=args.spans,
+        otlp_endpoint=args.otlp_endpoint,
+        journal_path=args.journal,
+    )
     return EXIT_OK

@@ -59,6 +59,7 @@ class BenchConfig:
     trials: int = 1  # runs of every cell, each with its own derived fault seeds (pass^k needs k >= 2)
     # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
     llm: tuple[LLMConfig, ...] = ()
+    probe: str | None = None  # every session's proxy runs with --probe this (see SessionPlan.probe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +154,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             deadline_s=config.deadline_s,
                             traces=config.traces,
                             otlp_endpoint=config.otlp_endpoint,
+                            probe=config.probe,
                         )
                     )
     if config.shard is not None:

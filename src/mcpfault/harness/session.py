@@ -40,7 +40,7 @@ from opentelemetry.trace import (
 from mcpfault import __version__
 from mcpfault.analysis import traces
 from mcpfault.analysis.effects import TaskReads
-from mcpfault.analysis.join import faults_by_request, latency_pairs, touches_by_task
+from mcpfault.analysis.join import duplicates_by_task, faults_by_request, latency_pairs, touches_by_task
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
@@ -58,6 +58,7 @@ from mcpfault.telemetry.tracing import SpanView, configure_tracing
 if TYPE_CHECKING:
     from mcpfault.harness.agents.llm.agent import LLMConfig
 
+SERVER_JOURNAL = "server-journal.jsonl"  # the mock's state changes, in the session directory it works in
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
@@ -84,6 +85,9 @@ class SessionPlan:
     proxy_args: tuple[str, ...] = ()
     pace_s: float = 0.0
     stop_when: Callable[[], bool] | None = field(default=None, compare=False)
+    # The proxy's --probe (ebpf, or fake:EVENTS.json): the probe's duplicate side effects must then agree
+    # with the judge's duplicates, a cross-check of the probe's join (a disagreement breaks the session).
+    probe: str | None = None
 
 
 @dataclass(slots=True)
@@ -107,6 +111,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     # `python -m mcpfault.mock` is `mcpfault mock-server` without the command-line tool's imports.
     server = [python, "-m", "mcpfault.mock", "--seed", str(plan.world_seed)]
     server += ["--state", str(plan.out_dir / "server-state.json")]
+    # Its writes survive a restart (crash_restart), and each is a file write the probe can see.
+    server += ["--journal", str(plan.out_dir / SERVER_JOURNAL)]
     if plan.traces:
         server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
     if plan.server_command is not None:
@@ -119,6 +125,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
         proxy += ["--spans", str(plan.out_dir / traces.PROXY_SPANS), *tracing]
     if plan.proxy_seed is not None:
         proxy += ["--seed", str(plan.proxy_seed)]
+    if plan.probe is not None:
+        proxy += ["--probe", plan.probe]
     return [*proxy, *plan.proxy_args, "--", *server]
 
 
@@ -233,8 +241,8 @@ async def run_session(
 ) -> SessionResult:
     """Run the plan's tasks through a fresh proxy and judge them; ``launcher`` forks the proxy (see forkserver)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    for name in traces.SPAN_FILES:
-        (plan.out_dir / name).unlink(missing_ok=True)  # span files are appended to: a rerun starts afresh
+    for name in (*traces.SPAN_FILES, SERVER_JOURNAL):
+        (plan.out_dir / name).unlink(missing_ok=True)  # appended to (and replayed): a rerun starts afresh
     result = SessionResult(plan)
     trace = SessionTrace(plan) if plan.traces else None
     try:
@@ -271,7 +279,7 @@ async def _run_tasks(
         client.span_parent = trace.context if trace is not None else None
         try:
             async with contextlib.AsyncExitStack() as stack, client:
-                await client.connect()
+                await client.connect(**_connect_deadline(plan))
                 agent = await _make_agent(plan, client, trace, stack)
                 usage = getattr(agent, "usage", None)  # the llm agent's token account, filled in as tasks run
                 await agent.start()
@@ -311,8 +319,8 @@ async def _run_tasks(
             result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
         if judged.mismatches and result.error is None:
             result.error = (
-                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the "
-                f"proxy's events or the server's state ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
+                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the proxy's "
+                f"events, the server's state or the probe ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
             )
     result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
     result.server = account_of(
@@ -322,6 +330,15 @@ async def _run_tasks(
         session=plan.session,
         trial=plan.trial,
     )
+
+
+def _connect_deadline(plan: SessionPlan) -> dict[str, float]:
+    """With --probe the proxy starts its sidecar, ready, before the server: bpftrace takes seconds to attach."""
+    if plan.probe is None:
+        return {}
+    from mcpfault.probe.monitor import READY_TIMEOUT_S
+
+    return {"deadline_s": READY_TIMEOUT_S + 15.0}
 
 
 async def _make_agent(
@@ -416,6 +433,7 @@ def judge_session(
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
+    probed = duplicates_by_task(attempts, events) if plan.probe is not None else None
     for run in runs:
         task = tasks.get(run.index)
         expected = expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag))
@@ -438,6 +456,11 @@ def judge_session(
         if task is not None and record.duplicates != from_state:
             mismatches.append(
                 f"task {run.index}: {record.duplicates} duplicate(s) in the server's spans, {from_state} in its state"
+            )
+        if probed is not None and probed.get(run.index, 0) != record.duplicates:
+            mismatches.append(
+                f"task {run.index}: {record.duplicates} duplicate(s) judged, "
+                f"{probed.get(run.index, 0)} duplicate side effect(s) seen by the probe"
             )
         records.append(record)
     return Judged(records, mismatches)

@@ -19,8 +19,11 @@ def serve(
     *,
     spans_path: pathlib.Path | None = None,
     otlp_endpoint: str | None = None,
+    journal_path: pathlib.Path | None = None,
 ) -> None:
     """Serve `World.generate(seed)` as an MCP server on stdio; see `mcpfault.mock.server.serve`."""
     from mcpfault.mock.server import serve as serve_stdio
 
-    serve_stdio(seed=seed, state_path=state_path, spans_path=spans_path, otlp_endpoint=otlp_endpoint)
+    serve_stdio(
+        seed=seed, state_path=state_path, spans_path=spans_path, otlp_endpoint=otlp_endpoint, journal_path=journal_path
+    )

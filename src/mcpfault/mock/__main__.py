@@ -1,4 +1,4 @@
-"""`python -m mcpfault.mock [--seed N] [--state FILE] [--spans FILE]`: run the mock MCP server on stdio.
+"""`python -m mcpfault.mock [--seed N] [--state FILE] [--spans FILE] [--journal FILE]`: the mock MCP server.
 
 The same server as `mcpfault mock-server`, started without the command-line tool's parser and the
 modules behind it: the bench starts one per session, so what its start-up imports is paid 135 times.
@@ -11,6 +11,11 @@ import atexit
 import os
 import pathlib
 import sys
+
+JOURNAL_HELP = (
+    "append each state change here before answering, and replay the file on start: "
+    "the state survives a restart (same --seed)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
+    parser.add_argument("--journal", type=pathlib.Path, metavar="FILE.jsonl", help=JOURNAL_HELP)
     args = parser.parse_args(argv)
     # Imported late so --help answers without building the tool schemas.
     from mcpfault.mock.server import serve
 
-    serve(seed=args.seed, state_path=args.state, spans_path=args.spans, otlp_endpoint=args.otlp_endpoint)
+    serve(
+        seed=args.seed,
+        state_path=args.state,
+        spans_path=args.spans,
+        otlp_endpoint=args.otlp_endpoint,
+        journal_path=args.journal,
+    )
     return 0
 
 

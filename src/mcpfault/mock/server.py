@@ -17,6 +17,7 @@ import sys
 from types import FrameType
 from typing import BinaryIO, Final
 
+from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.session import (
     CAPABILITIES,
     INSTRUCTIONS,
@@ -144,8 +145,13 @@ def serve(
     *,
     spans_path: pathlib.Path | None = None,
     otlp_endpoint: str | None = None,
+    journal_path: pathlib.Path | None = None,
 ) -> None:
     """Serve a `World.generate(seed)` on stdio until stdin closes or SIGTERM/SIGINT arrives.
+
+    With `journal_path`, every state change is appended there before its answer, and a journal left
+    by an earlier run (a restart) is replayed first, so the state survives the process
+    (`mcpfault.mock.journal`); a journal that does not fit this world exits 2 before any request.
 
     On exit, for any of those reasons, writes the world's final state as JSON to `state_path` if given,
     then flushes its spans (OTLP JSON lines appended to `spans_path`, OTLP/HTTP to `otlp_endpoint`), and
@@ -160,9 +166,16 @@ def serve(
     previous = {sig: signal.signal(sig, stopper) for sig in _STOP_SIGNALS}
     world: World | None = None
     try:
-        world = World.generate(seed)
         tracer = provider.get_tracer(span_names.MOCK_SCOPE, SERVER_VERSION) if provider is not None else None
-        run(Session(world, tracer), sys.stdin.buffer, sys.stdout.buffer, stopper)
+        fresh = World.generate(seed)
+        session = Session(fresh, tracer, Journal(journal_path, seed) if journal_path is not None else None)
+        try:
+            session.replay()
+        except JournalError as exc:
+            print(f"{SERVER_NAME}: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from exc
+        world = fresh  # only a world whose journal replayed whole may overwrite the state file
+        run(session, sys.stdin.buffer, sys.stdout.buffer, stopper)
     finally:
         # From here on a signal must not interrupt the final write (it is atomic, but then it would be
         # missing) nor the span flush (the last requests' spans are still queued).

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.schema import argument_problems
 from mcpfault.mock.tools import TOOLS
 from mcpfault.mock.tracing import RequestSpans
@@ -99,8 +100,9 @@ def _bad_params(why: str) -> RequestError:
 class Session:
     """One stdio connection: its protocol era and handshake state, and the answer to each request."""
 
-    def __init__(self, world: World, tracer: Tracer | None = None) -> None:
+    def __init__(self, world: World, tracer: Tracer | None = None, journal: Journal | None = None) -> None:
         self.world = world
+        self._journal = journal
         self._spans = RequestSpans(tracer) if tracer is not None else None
         self.era = Era.UNKNOWN
         self.initialized = False
@@ -247,6 +249,22 @@ class Session:
 
     # -- tools, the same in both eras --
 
+    def replay(self) -> int:
+        """Re-apply the journal's state changes (a restarted server's memory); how many were replayed."""
+        if self._journal is None:
+            return 0
+        return self._journal.replay(self._replay_call)
+
+    def _replay_call(self, name: str, arguments: Any) -> int:
+        tool = TOOLS.get(name)
+        if tool is None:
+            raise JournalError(f"the journal names a tool this server does not have: {name!r}")
+        try:
+            tool.call(self.world, arguments)
+        except (MockWorldError, KeyError, TypeError) as exc:
+            raise JournalError(f"the journal's {name} call {arguments!r} does not apply: {exc}") from None
+        return self.world.revision
+
     def _list_tools(self, params: _Params) -> dict[str, Any]:
         if self._tool_listing is None:
             self._tool_listing = [tool.listing() for tool in TOOLS.values()]
@@ -267,10 +285,13 @@ class Session:
         problems = argument_problems(tool.input_schema, arguments)
         if problems:
             raise RequestError(INVALID_PARAMS, f"Invalid arguments for tool {name!r}: {'; '.join(problems)}.")
+        revision = self.world.revision
         try:
             structured = tool.call(self.world, arguments)
         except MockWorldError as exc:
             text = f"Error executing tool {name}: {exc}"
             return {"content": [{"type": "text", "text": text}], "isError": True}
+        if self._journal is not None and self.world.revision != revision:
+            self._journal.append(name, arguments, self.world.revision)  # before the answer: a lost one still counts
         text = json.dumps(structured, indent=2, ensure_ascii=False)
         return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}

@@ -78,7 +78,8 @@ class _Probe:
     syscall: str
     kind: str
     head: tuple[tuple[str, str], ...]  # (printf format, expression) after comm
-    parts: tuple[str, ...] = ()  # one string expression per extra probe
+    # One string expression per extra probe; (guard, expression): printed when guard holds, else "".
+    parts: tuple[str | tuple[str, str], ...] = ()
     predicate: str = ""  # joined to the scope filter with &&
 
     def text(self) -> str:
@@ -88,17 +89,24 @@ class _Probe:
         head = _HEAD.format(kind=self.kind, fmt=fmt, args=args)
         lines = [f"tracepoint:syscalls:sys_enter_{self.syscall} {where} {{ {head} }}"]
         for index, part in enumerate(self.parts, 1):
-            lines.append(
-                f"tracepoint:syscalls:sys_enter_{self.syscall} {where} "
-                f"{{ {_PART.format(kind=self.kind, index=index, arg=part)} }}"
-            )
+            if isinstance(part, str):
+                choices = [(where, part)]
+            else:  # exactly one of the two fires, so the part is always there for the reader to join
+                guard, expression = part
+                choices = [(f"{where[:-1]} && ({guard})/", expression), (f"{where[:-1]} && !({guard})/", '""')]
+            for predicate, arg in choices:
+                lines.append(
+                    f"tracepoint:syscalls:sys_enter_{self.syscall} {predicate} "
+                    f"{{ {_PART.format(kind=self.kind, index=index, arg=arg)} }}"
+                )
         return "\n".join(lines)
 
 
-def _argv(index: int) -> str:
-    # Stop at argv's NULL: the words beyond it are the environment, which must not leak.
+def _argv(index: int) -> tuple[str, str]:
+    # Stop at argv's NULL: the words beyond it are the environment, which must not leak. A guard of
+    # its own (not a ternary, whose string bpftrace 0.17 cuts to 64 bytes whatever BPFTRACE_STRLEN says).
     guard = " && ".join(f"args->argv[{i}] != 0" for i in range(1, index + 1))
-    return f'({guard}) ? str(args->argv[{index}]) : ""'
+    return guard, f"str(args->argv[{index}])"
 
 
 def _net(syscall: str, op: str, pointer: str) -> list[_Probe]:
@@ -253,7 +261,8 @@ def to_event(kind: str, pid: int, fields: list[str]) -> dict[str, Any] | None:
     if kind == "X":
         dirfd, path, *argv = rest
         path = resolve(pid, int(dirfd), path)
-        event = {"type": "exec", "path": path, "argv": [path, *(a for a in argv if a)]}
+        # Secrets never leave the sidecar: its lines may be kept (mcpfz_probe's raw log) or printed.
+        event = {"type": "exec", "path": path, "argv": protocol.redact_argv([path, *(a for a in argv if a)])}
     elif kind == "F":
         event = {"type": "process_spawn", "syscall": rest[0]}
     elif kind in ("N", "N6"):

@@ -11,13 +11,15 @@ The call id is the proxy's request key, made unique across sessions and reused i
 ``"<n>:<JSON-RPC id>"``, n counting the proxy's tool calls from 1.
 
 Lost responses: when a fault lost a call's answer (a drop, a reset after the server acted, the
-server's exit), ``mcpfault.server.acted`` says whether the window saw the server act. When the client
+server's exit or restart, an answer so late the client cancelled, or one corrupted past reading),
+``mcpfault.server.acted`` says whether the window saw the server act. When the client
 then sends the same tool with the same arguments and the server acts again, that call carries a
 ``mcpfault.duplicate_side_effect`` event: a silent duplicate, seen on any server.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import queue
@@ -41,8 +43,10 @@ from mcpfault.telemetry import names
 
 log = structlog.get_logger("mcpfault.probe")
 
-# What a client receives when a response was lost on the way: the server may have acted all the same.
-LOST = frozenset({"nothing", "reset", "stream_cut", "upstream_exited"})
+# What a client receives when it got no usable answer (lost on the way, cut, cut short by the server's
+# death or restart, so late that it gave up and cancelled, or unreadable): the server may have acted all
+# the same, and a client that retries may make it act twice.
+LOST = frozenset({"nothing", "reset", "stream_cut", "upstream_exited", "server_restarted", "cancelled", "malformed"})
 FINDING_CATEGORIES = (
     "runtime.exec",
     "runtime.process_spawn",
@@ -291,7 +295,8 @@ class ProbeObserver:
         with self._lock:
             self._open.discard(window.call_id)
             ambiguous = self._ambiguous.pop(window.call_id, [])
-        exact = list(summary.events)
+        exact = [_without_secrets(e) for e in summary.events]
+        ambiguous = [_without_secrets(e) for e in ambiguous]
         report.side_effects = [_effect(e) for e in exact if is_side_effect(e)]
         report.side_effects += [_effect(e, ambiguous=True) for e in ambiguous if is_side_effect(e)]
         report.findings = [_finding(f) for f in evaluate_events(exact, self._policy)]
@@ -403,6 +408,14 @@ class ProbeObserver:
         console.print(table)
         if self.ambient_side_effects:
             console.print(f"side effects outside any tool call: {self.ambient_side_effects}")
+
+
+def _without_secrets(event: RuntimeEvent) -> RuntimeEvent:
+    """The event with its argv redacted: whichever sidecar sent it, no secret reaches a span or a record."""
+    argv = event.data.get("argv")
+    if event.type != "exec" or not isinstance(argv, list):
+        return event
+    return dataclasses.replace(event, data={**event.data, "argv": protocol.redact_argv(argv)})
 
 
 def _effect(event: RuntimeEvent, *, ambiguous: bool = False) -> SideEffect:

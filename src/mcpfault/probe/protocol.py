@@ -22,10 +22,14 @@ protocol ignore keys they do not know). Before the first mark after a scope, eve
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from mcpfault.telemetry.logging import REDACTED, is_secret_key, redact_text
+from mcpfault.telemetry.otel_env import redact_userinfo
 
 # Event types the backends emit, with the fields each carries (mcpfz_probe.policy reads these).
 EVENT_TYPES = (
@@ -45,6 +49,12 @@ EVENT_TYPES = (
 )
 DROP = "drop"  # count, reason: events the backend lost
 STATUS = "status"
+
+# Words that make an argument's name (``--db-password``, ``GITHUB_TOKEN=``, ``PGPASSWORD=``) a secret's,
+# besides the keys the log redaction knows (telemetry.logging.is_secret_key).
+_WORDS = re.compile(r"(\s+)")
+_AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate"})
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "apikey", "api_key", "private_key", "credential")
 
 BUCKET_STARTUP = "startup"
 BUCKET_CALL = "call"
@@ -165,3 +175,46 @@ class CallWindows:
         else:
             event["bucket"] = BUCKET_AMBIENT if self.marked else BUCKET_STARTUP
         return event
+
+
+# -- secrets in exec events ----------------------------------------------------------------------
+
+
+def _secret_name(name: str) -> bool:
+    bare = name.lstrip("-").strip()
+    lowered = bare.lower().replace("-", "_")
+    return bool(bare) and (is_secret_key(bare) or any(word in lowered for word in _SECRET_WORDS))
+
+
+def redact_argv(argv: Sequence[object]) -> list[str]:
+    """An exec's argv fit for spans, events and logs: secrets replaced by ``[redacted]``.
+
+    Each argument is read word by word (a shell's ``-c`` script is one argument of many words). What
+    goes: the value of ``--password=x`` / ``TOKEN=x`` (any name the log redaction or ``_SECRET_WORDS``
+    calls secret, as a flag or an environment-style assignment), the word after such a flag
+    (``--api-key x``), the rest of a header (``Authorization: Basic x``), a bearer token or an ``sk-``
+    key anywhere, and a URL's ``user:password@``. argv[0], the program, stays as it is.
+    """
+    redacted: list[str] = [str(argv[0])] if argv else []
+    hide_next = False
+    for item in argv[1:]:
+        words = _WORDS.split(redact_userinfo(redact_text(str(item))))
+        header = False
+        for index, word in enumerate(words):
+            if not word or word.isspace():
+                continue
+            if hide_next:
+                if header and word.lower() in _AUTH_SCHEMES:
+                    header = False  # "Authorization: Basic x": the scheme stays, its credentials go
+                    continue
+                words[index], hide_next, header = REDACTED, False, False
+                continue
+            name, equals, _value = word.partition("=")
+            if equals and _secret_name(name):
+                words[index] = f"{name}={REDACTED}"
+            elif word.endswith(":") and _secret_name(word[:-1]):
+                hide_next = header = True
+            elif word.startswith("-") and _secret_name(word):
+                hide_next = True
+        redacted.append("".join(words))
+    return redacted

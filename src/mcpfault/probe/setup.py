@@ -32,15 +32,22 @@ def sidecar_command(backend: str, events_file: Path | None) -> list[str]:
     return command
 
 
-def start(spec: str, *, policy_file: Path | None, profile: Path | None, events: Any) -> Any:
-    """A started ProbeObserver; a UsageError (exit 2) for anything that keeps the probe from running."""
+def check(spec: str) -> tuple[str, Path | None]:
+    """``parse``, then what can be checked before anything starts: the events file, eBPF's needs (root,
+    bpftrace, tracefs). A UsageError (exit 2) with the one clear line otherwise."""
     backend, events_file = parse(spec)
     if events_file is not None and not events_file.is_file():
         raise UsageError(f"--probe fake:{events_file}: no such file")
     if backend == "ebpf" and PROBE_BIN_VARIABLE not in os.environ:
         from mcpfault.probe import ebpf
 
-        ebpf.preflight()  # the one clear line, before the sidecar or the server starts
+        ebpf.preflight()
+    return backend, events_file
+
+
+def start(spec: str, *, policy_file: Path | None, profile: Path | None, events: Any) -> Any:
+    """A started ProbeObserver; a UsageError (exit 2) for anything that keeps the probe from running."""
+    backend, events_file = check(spec)  # the one clear line, before the sidecar or the server starts
     try:
         from mcpfault.probe import policy as policies
         from mcpfault.probe.monitor import ProbeMonitor, SidecarFailed
