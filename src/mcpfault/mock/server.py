@@ -26,9 +26,8 @@ from mcpfault.mock.session import (
     RequestError,
     Session,
 )
-from mcpfault.mock.tracing import tracer_provider
+from mcpfault.mock.tracing import span_recorder
 from mcpfault.mock.world import World
-from mcpfault.telemetry import names as span_names
 
 __all__ = [
     # the process
@@ -152,7 +151,7 @@ def serve(
     returns. Raises SystemExit(1) if the state cannot be written, SystemExit(2) if tracing cannot start.
     """
     try:
-        provider = tracer_provider(spans_path, otlp_endpoint)
+        recorder = span_recorder(spans_path, otlp_endpoint, SERVER_VERSION)
     except (ValueError, OSError) as exc:
         print(f"{SERVER_NAME}: cannot trace: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from exc
@@ -161,8 +160,7 @@ def serve(
     world: World | None = None
     try:
         world = World.generate(seed)
-        tracer = provider.get_tracer(span_names.MOCK_SCOPE, SERVER_VERSION) if provider is not None else None
-        run(Session(world, tracer), sys.stdin.buffer, sys.stdout.buffer, stopper)
+        run(Session(world, recorder), sys.stdin.buffer, sys.stdout.buffer, stopper)
     finally:
         # From here on a signal must not interrupt the final write (it is atomic, but then it would be
         # missing) nor the span flush (the last requests' spans are still queued).
@@ -179,8 +177,8 @@ def serve(
                     raise SystemExit(1) from exc
         finally:
             try:
-                if provider is not None:
-                    provider.shutdown()
+                if recorder is not None:
+                    recorder.shutdown()
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
