@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mcpfault.proxy.events import read_events
-from mcpfault.telemetry.logging import CURRENT_SPAN
+from mcpfault.telemetry.current_span import CURRENT_SPAN
 from tests.otlp_support import OtlpReceiver
 
 

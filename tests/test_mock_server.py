@@ -714,6 +714,30 @@ def test_start_path_loads_neither_the_sdk_nor_pydantic_and_is_quick(tmp_path: pa
 
 
 @pytest.mark.slow
+def test_traced_start_loads_no_opentelemetry_nor_the_logging_set_up(tmp_path: pathlib.Path) -> None:
+    # The bench starts a traced mock per session: the SDK's import (~75 ms of CPU) was most of its cost.
+    from mcpfault.telemetry.tracing import read_spans
+
+    spans = tmp_path / "server-spans.jsonl"
+    args = ["-m", "mcpfault.mock", "--seed", str(SEED), "--state", str(tmp_path / "state.json"), "--spans", str(spans)]
+    server = _RawServer(tmp_path / "state.json", "-X", "importtime", args=args)
+    try:
+        server.initialize()
+        assert server.call("list_sites", {})["result"]["isError"] is False
+    finally:
+        assert server.proc.stdin is not None and server.proc.stderr is not None
+        server.proc.stdin.close()
+        stderr = server.proc.stderr.read().decode()
+        assert server.wait() == 0
+    modules = {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines()}
+    assert "mcpfault.telemetry.fastspans" in modules
+    # opentelemetry.sdk.version is a string (the resource's telemetry.sdk.version), not the SDK.
+    loaded = sorted(m for m in modules if m.split(".")[0] in {"opentelemetry", "structlog", "rich"})
+    assert loaded == ["opentelemetry", "opentelemetry.sdk", "opentelemetry.sdk.version"]
+    assert [s.name for s in read_spans(spans)] == ["initialize", "tools/call list_sites"]
+
+
+@pytest.mark.slow
 def test_help_does_not_need_a_server() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mcpfault.mock", "--help"],

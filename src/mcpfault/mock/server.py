@@ -27,9 +27,8 @@ from mcpfault.mock.session import (
     RequestError,
     Session,
 )
-from mcpfault.mock.tracing import tracer_provider
+from mcpfault.mock.tracing import span_recorder
 from mcpfault.mock.world import World
-from mcpfault.telemetry import names as span_names
 
 __all__ = [
     # the process
@@ -158,7 +157,7 @@ def serve(
     returns. Raises SystemExit(1) if the state cannot be written, SystemExit(2) if tracing cannot start.
     """
     try:
-        provider = tracer_provider(spans_path, otlp_endpoint)
+        recorder = span_recorder(spans_path, otlp_endpoint, SERVER_VERSION)
     except (ValueError, OSError) as exc:
         print(f"{SERVER_NAME}: cannot trace: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from exc
@@ -166,9 +165,8 @@ def serve(
     previous = {sig: signal.signal(sig, stopper) for sig in _STOP_SIGNALS}
     world: World | None = None
     try:
-        tracer = provider.get_tracer(span_names.MOCK_SCOPE, SERVER_VERSION) if provider is not None else None
         fresh = World.generate(seed)
-        session = Session(fresh, tracer, Journal(journal_path, seed) if journal_path is not None else None)
+        session = Session(fresh, recorder, Journal(journal_path, seed) if journal_path is not None else None)
         try:
             session.replay()
         except JournalError as exc:
@@ -192,8 +190,8 @@ def serve(
                     raise SystemExit(1) from exc
         finally:
             try:
-                if provider is not None:
-                    provider.shutdown()
+                if recorder is not None:
+                    recorder.shutdown()
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)

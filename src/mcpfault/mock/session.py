@@ -44,7 +44,7 @@ from mcpfault.protocol.jsonrpc import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
+    from mcpfault.telemetry.fastspans import SpanRecorder
 
 SERVER_NAME: Final = "mcpfault-mock"
 SERVER_VERSION: Final = "0.1.0"
@@ -100,10 +100,10 @@ def _bad_params(why: str) -> RequestError:
 class Session:
     """One stdio connection: its protocol era and handshake state, and the answer to each request."""
 
-    def __init__(self, world: World, tracer: Tracer | None = None, journal: Journal | None = None) -> None:
+    def __init__(self, world: World, spans: SpanRecorder | None = None, journal: Journal | None = None) -> None:
         self.world = world
         self._journal = journal
-        self._spans = RequestSpans(tracer) if tracer is not None else None
+        self._spans = RequestSpans(spans) if spans is not None else None
         self.era = Era.UNKNOWN
         self.initialized = False
         self._tool_listing: list[dict[str, Any]] | None = None

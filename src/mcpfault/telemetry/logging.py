@@ -17,7 +17,6 @@ log collector) and the human console rendering when it is.
 
 from __future__ import annotations
 
-import contextvars
 import io
 import logging
 import re
@@ -29,6 +28,8 @@ import structlog
 from opentelemetry import trace
 from structlog.typing import EventDict, ExcInfo, Processor, WrappedLogger
 
+from mcpfault.telemetry.current_span import CURRENT_SPAN
+
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: Final[tuple[LogFormat, ...]] = ("auto", "console", "json")
 
@@ -36,12 +37,6 @@ REDACTED: Final = "[redacted]"
 TRACE_ID_KEY: Final = "trace_id"
 SPAN_ID_KEY: Final = "span_id"
 
-# (trace id, span id) in hex of the request this thread or task is handling, when it has a span.
-# The proxy's span recorder (telemetry/fastspans.py) sets it as each request's span starts: its spans
-# are no SDK spans, so the SDK's current span knows nothing of them.
-CURRENT_SPAN: Final[contextvars.ContextVar[tuple[str, str] | None]] = contextvars.ContextVar(
-    "mcpfault_current_span", default=None
-)
 
 # --- processors ---------------------------------------------------------------------------------
 

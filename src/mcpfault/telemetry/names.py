@@ -300,3 +300,11 @@ EXPERIMENT_STATE: Final = "mcpfault_experiment_state"
 EXPERIMENT_STATE_LABELS: Final = (LABEL_STATE,)
 EXPERIMENT_ACTIONS_TOTAL: Final = "mcpfault_experiment_actions_total"
 EXPERIMENT_ACTIONS_TOTAL_LABELS: Final = (LABEL_STATE,)
+
+
+def span_name(method: str, target: str | None) -> str:
+    """``{mcp.method.name} {target}`` per the MCP conventions, or the bare method without a target.
+
+    ``target`` is the tool name of a tools/call or the prompt name of a prompts/get.
+    """
+    return f"{method} {target}" if target else method

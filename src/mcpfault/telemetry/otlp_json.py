@@ -7,10 +7,8 @@ shape, so one reader (``span_files.read_spans``) serves both.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -18,6 +16,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
+
+# The encoding of values and flags is SDK-free, for the fast span recorder; re-exported here.
+from mcpfault.telemetry.otlp_lines import FLAG_HAS_IS_REMOTE, FLAG_IS_REMOTE, encode_value, span_flags
+
+__all__ = [
+    "FLAG_HAS_IS_REMOTE",
+    "FLAG_IS_REMOTE",
+    "KIND_FROM_OTLP",
+    "KIND_TO_OTLP",
+    "encode_otlp_json",
+    "encode_value",
+    "otlp_json_request",
+    "span_flags",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -31,18 +43,6 @@ KIND_FROM_OTLP: Final[Mapping[int, SpanKind]] = {
     5: SpanKind.CONSUMER,
 }
 KIND_TO_OTLP: Final[Mapping[SpanKind, int]] = {kind: number for number, kind in KIND_FROM_OTLP.items() if number}
-
-# OTLP span flags: bit 8 says whether bit 9 (parent is remote) is known.
-FLAG_HAS_IS_REMOTE: Final = 0x100
-FLAG_IS_REMOTE: Final = 0x200
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_NON_FINITE: Final = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def span_flags(remote_parent: bool) -> int:
-    """A span's (or a link's) OTLP ``flags``: whether its parent is remote, and that this is known."""
-    return FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if remote_parent else 0)
 
 
 def encode_otlp_json(spans: Sequence[ReadableSpan]) -> bytes:
@@ -76,32 +76,6 @@ def otlp_json_request(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
             resource_entry["schemaUrl"] = resource.schema_url
         resource_spans.append(resource_entry)
     return {"resourceSpans": resource_spans} if resource_spans else {}
-
-
-def encode_value(value: Any) -> dict[str, Any]:
-    """An attribute value as OTLP JSON's ``AnyValue``; ``TypeError``/``ValueError`` when it has none."""
-    if value is None:
-        return {}
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    if isinstance(value, int):
-        if not _INT64_MIN <= value <= _INT64_MAX:
-            raise ValueError(f"{value} does not fit in int64")
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        # JSON has no NaN or infinities; the protobuf mapping spells them as strings.
-        return {"doubleValue": value if math.isfinite(value) else _NON_FINITE[str(value)]}
-    if isinstance(value, bytes):
-        return {"bytesValue": base64.b64encode(value).decode()}
-    if isinstance(value, Sequence):
-        values = [encode_value(v) for v in value]
-        return {"arrayValue": {"values": values} if values else {}}
-    if isinstance(value, Mapping):
-        items = [{"key": str(k), "value": encode_value(v)} for k, v in value.items()]
-        return {"kvlistValue": {"values": items} if items else {}}
-    raise TypeError(f"unsupported attribute type {type(value).__name__}")
 
 
 def _json_span(span: ReadableSpan) -> dict[str, Any]:

@@ -1,16 +1,15 @@
 """W3C trace context (``traceparent``, ``tracestate``, ``baggage``) carried in ``params._meta``.
 
-The one ``traceparent`` parser (``parse_traceparent``) serves both the proxy's hot path (the fast
-span recorder) and the SDK users (``extract_context``: the harness, the mock server); the SDK's
+The one ``traceparent`` parser (``traceparent.parse_traceparent``, re-exported here) serves both the fast
+span recorder and the SDK users (``extract_context``: the harness); the SDK's
 propagators do the rest (``tracestate``, ``baggage``, injection) over a JSON object instead of HTTP
 headers, as the MCP conventions ask.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -19,52 +18,9 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-_TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_ZERO_TRACE: Final = "0" * 32
-_ZERO_SPAN: Final = "0" * 16
-_MAX_TRACESTATE: Final = 512  # the W3C limit on the header's length
+from mcpfault.telemetry.traceparent import ParentContext, parse_traceparent, valid_tracestate
 
-
-class ParentContext:
-    """A valid W3C ``traceparent``: the trace, the parent span and its flags, all as received."""
-
-    __slots__ = ("flags", "span_id", "trace_id")
-
-    def __init__(self, trace_id: str, span_id: str, flags: str) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.flags = flags
-
-    @property
-    def sampled(self) -> bool:
-        return bool(int(self.flags, 16) & 1)
-
-
-def parse_traceparent(value: object) -> ParentContext | None:
-    """``00-{32 hex}-{16 hex}-{2 hex}``, lowercase, ids not all zeros; anything else is None.
-
-    Stricter than the SDK's propagator on purpose: only version 00 is accepted, so an unknown future
-    version starts a new trace rather than being half understood.
-    """
-    if not isinstance(value, str) or len(value) != 55:
-        return None
-    found = _TRACEPARENT.fullmatch(value)
-    if found is None:
-        return None
-    trace_id, span_id, flags = found.groups()
-    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
-        return None
-    return ParentContext(trace_id, span_id, flags)
-
-
-def valid_tracestate(value: object) -> str | None:
-    """A ``tracestate`` worth passing on (printable ASCII, within the W3C length), trimmed; else None."""
-    if not isinstance(value, str):
-        return None
-    value = value.strip()
-    if not value or len(value) > _MAX_TRACESTATE or any(not 0x20 <= ord(c) <= 0x7E for c in value):
-        return None
-    return value
+__all__ = ["ParentContext", "extract_context", "inject_context", "parse_traceparent", "valid_tracestate"]
 
 
 class _MetaGetter(Getter[Mapping[str, Any]]):

@@ -10,12 +10,10 @@ import base64
 import binascii
 import json
 import logging
-import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from opentelemetry.sdk.resources import SERVICE_NAME
 from opentelemetry.sdk.trace import ReadableSpan
@@ -23,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcpfault.telemetry.otlp_json import KIND_FROM_OTLP, encode_otlp_json
+from mcpfault.telemetry.otlp_lines import SpanLinesFile
 
 _log = logging.getLogger(__name__)
 
@@ -40,26 +39,9 @@ _STATUS_NAMES: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_COD
 # --- writing ------------------------------------------------------------------------------------
 
 
-class OtlpJsonLinesExporter(SpanExporter):
-    """Each export batch as one line of OTLP JSON, the way the collector's file exporter writes it.
-
-    The file is opened for append, unbuffered, and each line goes out in one ``write`` call: with
-    O_APPEND that keeps lines from several processes of one run whole rather than interleaved, and a
-    crash loses at most the batch in flight, leaving at worst a torn last line that ``read_spans`` skips.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._file: IO[bytes] | None = self._path.open("ab", buffering=0)
-        # A previous writer that died mid-line left a torn line; end it so our first line stays whole.
-        if self._path.stat().st_size > 0 and not _ends_with_newline(self._path):
-            self._write_all(b"\n")
-
-    @property
-    def path(self) -> Path:
-        return self._path
+class OtlpJsonLinesExporter(SpanLinesFile, SpanExporter):
+    """The SDK's exporter onto a span file (``otlp_lines.SpanLinesFile``): each export batch as one line
+    of OTLP JSON, the way the collector's file exporter writes it."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
@@ -72,44 +54,12 @@ class OtlpJsonLinesExporter(SpanExporter):
         try:
             written = self.write_line(line)
         except OSError:
-            _log.exception("could not write spans to %s", self._path)
+            _log.exception("could not write spans to %s", self.path)
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
 
-    def write_line(self, line: bytes) -> bool:
-        """Append ``line`` (an encoded request, newline included) whole; False once shut down.
-
-        Raises ``OSError`` when the file cannot take it. For writers that encode spans themselves.
-        """
-        with self._lock:
-            if self._file is None:
-                return False
-            self._write_all(line)
-            return True
-
-    def _write_all(self, data: bytes) -> None:
-        assert self._file is not None
-        view = memoryview(data)
-        while view:  # a raw write may be short (a full disk, a signal); never leave half a line unsaid
-            written = self._file.write(view)
-            if not written:
-                raise OSError(f"could not write to {self._path}")
-            view = view[written:]
-
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True  # unbuffered: every line is in the file once export returns
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with path.open("rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
 
 
 # --- reading ------------------------------------------------------------------------------------

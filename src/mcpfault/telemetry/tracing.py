@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from mcpfault.telemetry import otel_env
+from mcpfault.telemetry import otel_env, otlp_lines
+from mcpfault.telemetry.names import span_name
 from mcpfault.telemetry.otel_env import redact_userinfo
 from mcpfault.telemetry.otlp_json import encode_otlp_json
 from mcpfault.telemetry.propagation import extract_context, inject_context
@@ -46,17 +47,6 @@ __all__ = [
     "extract_context",
     "inject_context",
 ]
-
-# --- span names -------------------------------------------------------------------------------
-
-
-def span_name(method: str, target: str | None) -> str:
-    """``{mcp.method.name} {target}`` per the MCP conventions, or the bare method without a target.
-
-    ``target`` is the tool name of a tools/call or the prompt name of a prompts/get.
-    """
-    return f"{method} {target}" if target else method
-
 
 # --- tracer provider --------------------------------------------------------------------------
 
@@ -112,12 +102,7 @@ def sdk_sampler(sampler: otel_env.Sampler) -> sampling.Sampler:
 
 
 def service_resource(service_name: str, explicit: Mapping[str, str] | None = None) -> Resource:
-    """The resource of a process's spans, with the precedence ``configure_tracing`` describes."""
-    attributes: dict[str, str] = {}
-    # Resource.create merges our attributes over the environment's, so service_name would always
-    # win; pass it only when the environment names no service.
-    if not OTELResourceDetector().detect().attributes.get(SERVICE_NAME):
-        attributes[SERVICE_NAME] = service_name
-    if explicit:
-        attributes.update(explicit)
-    return Resource.create(attributes)
+    """The resource of a process's spans, with the precedence ``configure_tracing`` describes
+    (built by ``otlp_lines.service_resource``, which the fast span recorder uses too)."""
+    found = otlp_lines.service_resource(service_name, explicit)
+    return Resource(found.attributes, found.schema_url)
