@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 
 import anyio
 import structlog
-from anyio import CancelScope, from_thread, to_thread
+from anyio import CancelScope, to_thread
 from anyio.abc import TaskGroup
 
 from mcpfault.protocol import jsonrpc
@@ -82,22 +81,31 @@ class StdioProxy:
         self._client_lines = pipes.LineSplitter()
         self._server_lines = pipes.LineSplitter()
         self._loop_thread = threading.get_ident()
+        self._loop: asyncio.AbstractEventLoop
+        self._calls: asyncio.Queue[tuple[Callable[..., object], tuple[object, ...]]]  # from other threads
         self._started = 0.0
         if server.settings.restart != "never":
             core.generation = server.generation
 
     def _in_loop(self, function: Callable[..., object], *args: object) -> None:
-        """Run ``function`` on the event loop's thread, from whichever thread we are on."""
+        """Run ``function`` on the event loop's thread, from whichever thread we are on (in order,
+        without waiting for it: the reader threads are not the loop's workers)."""
         if threading.get_ident() == self._loop_thread:
             function(*args)
         else:
-            from_thread.run_sync(function, *args)
+            self._loop.call_soon_threadsafe(self._calls.put_nowait, (function, args))
 
     async def run(self, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         """Relay until the server exits (for good, when it is restarted); return its exit status."""
         self._loop_thread = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
+        self._calls = asyncio.Queue()
         self._started = anyio.current_time()
-        modes = pipes.set_nonblocking([stdin_fd, stdout_fd])
+        modes = pipes.set_nonblocking([stdout_fd])
+        # Blocking reads are the fast ones (see pipes); a stdin that is also our stdout (a terminal, a
+        # socket) shares its mode with the writes, which must not block, so it is read with polls.
+        shared = pipes.same_file(stdin_fd, stdout_fd)
+        modes |= pipes.set_blocking([stdin_fd], blocking=not shared)
         self._to_client = pipes.FdWriter(stdout_fd, self._stop, owned=False)
         self._attach(self._supervisor.child)
         try:
@@ -108,6 +116,7 @@ class StdioProxy:
                 later: asyncio.Queue[Later] = asyncio.Queue()
                 self._supervisor.bind(lambda make: loop.call_soon_threadsafe(later.put_nowait, make))
                 tg.start_soon(self._run_later, later)
+                tg.start_soon(self._run_calls)
                 tg.start_soon(self._pump, stdin_fd, self._client_data, self._client_eof)
                 tg.start_soon(self._pump_server, self._server_stdout, self._server_stdout_closed)
                 tg.start_soon(self._forward_signals)
@@ -130,9 +139,7 @@ class StdioProxy:
         finally:
             self._stop.set()
             self._to_server.close()
-            with contextlib.suppress(OSError):
-                os.close(self._server_stdout)
-            self._stop.close()
+            self._stop.close()  # the server's stdout is its reader's to close (pipes.read_loop)
             pipes.restore_blocking({fd: mode for fd, mode in modes.items() if fd in (stdin_fd, stdout_fd)})
         return status
 
@@ -141,10 +148,17 @@ class StdioProxy:
         while True:
             self._tg.start_soon(await later.get())
 
+    async def _run_calls(self) -> None:
+        """What other threads ask the loop to do (``_in_loop``), in order, inside the task group."""
+        while True:
+            function, args = await self._calls.get()
+            function(*args)
+
     def _attach(self, child: ChildProcess) -> None:
         """Take a generation's pipes: its stdin is where the client's lines go from now on."""
         server_stdin, server_stdout = child.take_pipes()
-        pipes.set_nonblocking([server_stdin, server_stdout])
+        pipes.set_nonblocking([server_stdin])
+        pipes.set_blocking([server_stdout])
         self._to_server = pipes.FdWriter(server_stdin, self._stop, owned=True)
         self._server_stdout = server_stdout
         self._server_stdout_closed = anyio.Event()
@@ -164,9 +178,7 @@ class StdioProxy:
             emits.insert(0, Emit(To.CLIENT, b"\n"))
             self._client_mid_line = False
         await self._write(emits)
-        self._to_server.close()
-        with contextlib.suppress(OSError):
-            os.close(self._server_stdout)
+        self._to_server.close()  # its stdout is closed by its reader, which may still wait on a grandchild
         self._tg.start_soon(self._expire_held)
         with anyio.move_on_after(self._supervisor.settings.restart_delay_s):
             await self._shutdown.wait()
@@ -245,15 +257,46 @@ class StdioProxy:
 
     # -- the reader threads -----------------------------------------------------------------------
 
-    async def _pump(self, fd: int, on_data: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
-        # Not abandoned on cancel: the task waits for its thread, which the stop pipe ends promptly.
-        await to_thread.run_sync(pipes.read_loop, fd, self._stop, on_data)
+    async def _pump(
+        self, fd: int, on_data: Callable[[bytes], None], on_eof: Callable[[], None], *, close: bool = False
+    ) -> None:
+        """Read ``fd`` on a thread of its own until EOF. A daemon, abandoned when the proxy stops: a
+        blocking ``read`` cannot be interrupted, and once ``stop`` is set it delivers nothing more."""
+        loop = asyncio.get_running_loop()
+        done = anyio.Event()
+        failure: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                pipes.read_loop(fd, self._stop, on_data, close=close)
+            except BaseException as exc:  # raised again in the task, as to_thread would
+                failure.append(exc)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(done.set)
+
+        threading.Thread(target=read, name=f"mcpfault-read-{fd}", daemon=True).start()
+        await done.wait()
+        if failure:
+            raise failure[0]
         if not self._stop.is_set:
             on_eof()
 
     async def _pump_server(self, fd: int, closed: anyio.Event) -> None:
-        """One generation's stdout, until its EOF."""
-        await self._pump(fd, self._server_data, lambda: self._server_eof(closed))
+        """One generation's stdout, until its EOF; what it says after the next generation started is not relayed."""
+        generation = self._supervisor.generation
+
+        def on_data(data: bytes) -> None:
+            if self._supervisor.generation == generation:
+                self._server_data(data)
+
+        def on_eof() -> None:
+            if self._supervisor.generation == generation:
+                self._server_eof(closed)
+            else:
+                closed.set()
+
+        await self._pump(fd, on_data, on_eof, close=True)
 
     def _client_data(self, data: bytes) -> None:
         self._relay(self._client_lines.feed(data), self.core.from_client, To.SERVER)
