@@ -20,7 +20,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from mcpfault.mock import World
-from mcpfault.mock.session import INSTRUCTIONS, Session
+from mcpfault.mock.session import CAPABILITIES, INSTRUCTIONS, Session
 
 SEED = 7
 TIMEOUT = 30.0
@@ -83,7 +83,7 @@ def test_initialize_answers_like_the_sdk_server() -> None:
     session = Session(World.generate(SEED))
     assert _result(_ask(session, "initialize", INITIALIZE)) == {
         "protocolVersion": "2025-11-25",
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": CAPABILITIES,
         "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
     }
@@ -119,15 +119,16 @@ def test_legacy_session_rules() -> None:
     assert _error(_ask(session, "server/discover"))["code"] == -32601
     # A 2026 envelope on a 2025 connection is refused, as the SDK server does.
     assert _error(_ask(session, "tools/list", _modern_params()))["code"] == -32600
-    assert _result(_ask(session, "prompts/list")) == {"prompts": []}
-    assert _result(_ask(session, "resources/list")) == {"resources": []}
+    assert [p["name"] for p in _result(_ask(session, "prompts/list"))["prompts"]] == ["incident_summary"]
+    listed = _result(_ask(session, "resources/list"))["resources"]
+    assert len(listed) == len(session.world.device_ids()) + len(session.world.incidents())
 
 
 def test_server_discover() -> None:
     session = Session(World.generate(SEED))
     assert _result(_ask(session, "server/discover", _modern_params())) == {
         "supportedVersions": ["2026-07-28"],
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": CAPABILITIES,
         "instructions": INSTRUCTIONS,
         "resultType": "complete",
         "ttlMs": 0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 
 import anyio
@@ -71,6 +72,27 @@ async def countdown(steps: int, ctx: Context) -> str:
         raise
     _did(f"countdown done {steps}")
     return f"done after {steps} steps"
+
+
+_reads = itertools.count(1)
+
+
+@server.resource("config://devices/{device}", mime_type="application/json")
+def device_config(device: str) -> str:
+    """A device's configuration; ``revision`` grows on every read (a resource whose content changes)."""
+    return json.dumps({"device": device, "revision": next(_reads), "ntp_server": "10.0.0.1"})
+
+
+@server.resource("status://fleet")
+def fleet() -> str:
+    """A static resource."""
+    return "fleet: 3 devices up"
+
+
+@server.prompt()
+def summarize(device: str, severity: str = "minor") -> str:
+    """A prompt with one required and one optional argument."""
+    return f"Summarize the {severity} incident on {device}."
 
 
 @server.tool()

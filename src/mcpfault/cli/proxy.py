@@ -214,13 +214,15 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
         f"{offered('resources', inventory.resources)}, {offered('prompts', inventory.prompts)}"
     )
     rules = Table(title="rules", title_justify="left")
-    for column in ("rule", "type", "tools", "read_only", "matches"):
+    for column in ("rule", "type", "methods", "names", "read_only", "matches"):
         rules.add_column(column)
     for found in report.rules:
         rule = found.rule
         read_only = "-" if rule.read_only is None else str(rule.read_only).lower()
         matches = ", ".join(found.tools) if found.tools else f"NOTHING: {found.why_none}"
-        rules.add_row(rule.name, rule.type_name, ", ".join(rule.tools), read_only, matches)
+        globs = [f"{kind} {', '.join(getattr(rule, kind))}" for kind in ("tools", "resources", "prompts")]
+        named = "; ".join(g for g in globs if not g.endswith(" *")) or "*"
+        rules.add_row(rule.name, rule.type_name, ", ".join(sorted(rule.methods)), named, read_only, matches)
     console.print(rules)
     tools = Table(title="tools", title_justify="left")
     for column in ("tool", "readOnlyHint", "rules that may act on it"):
@@ -232,8 +234,8 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
         acting = [m.rule.name for m in report.rules if name in m.tools]
         tools.add_row(name, str(annotations.get("readOnlyHint", "-")).lower(), ", ".join(acting) or "-")
     console.print(tools)
-    if inventory.resources or inventory.prompts:
-        console.print("faults act on tools/call (and drift on tools/list); resources and prompts pass untouched")
+    if (inventory.resources or inventory.prompts) and all(r.methods == {"tools/call"} for r in loaded.rules):
+        console.print("these rules act on tools/call only; name resources/read or prompts/get in a rule's methods")
     for idle in report.idle:
         console.print(f"rule {idle.rule.name!r} matches nothing: {idle.why_none}")
     return EXIT_CHECK_FAILED if report.idle else EXIT_OK

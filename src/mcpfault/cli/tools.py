@@ -123,17 +123,26 @@ def _faults(_args: argparse.Namespace) -> int:
         doc = (sys.modules[fault_type.__module__].__doc__ or "").strip().splitlines()[0].replace("``", "")
         only = "" if "stdio" in fault_type.transports else " (HTTP only)"
         print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
+        follows = f" (and follows {', '.join(sorted(fault_type.follows))})" if fault_type.follows else ""
+        print(f"    methods: {', '.join(_in_method_order(fault_type.targets))}{follows}")
         hints = typing.get_type_hints(fault_type)
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
             default = "(required)" if field.default is dataclasses.MISSING else settings.toml_value(field.default)
             print(f"    {field.name} = {default}  ({settings.describe(hints[field.name], settings.toml_value)})")
     print(
-        f"every rule also takes: {', '.join(GENERIC_KEYS)}; tools are globs [all], read_only = true or false "
+        f"every rule also takes: {', '.join(GENERIC_KEYS)}; methods are the requests it acts on "
+        '["tools/call"] (each one its type takes); tools, resources (URIs) and prompts are globs over '
+        "the names of each kind of request [all], read_only = true or false "
         "(from the tools' readOnlyHint) [any], probability [1.0], after [0], limit [not set], "
         "start_after_s and duration_s (seconds since the proxy started) [always in force], "
         "sessions (the share of HTTP sessions it acts in) [all]"
     )
     return EXIT_OK
+
+
+def _in_method_order(methods: frozenset[str]) -> list[str]:
+    """tools/call first, then the rest by name: how a person scans the list."""
+    return sorted(methods, key=lambda method: (method != "tools/call", method))
 
 
 def _traces_export(args: argparse.Namespace) -> int:

@@ -17,6 +17,16 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION
 
+# The request kinds whose name a rule's globs match, and the glob (rule key) each is matched with.
+NAMED_KINDS: Mapping[str, str] = {
+    "tools/call": "tools",
+    "prompts/get": "prompts",
+    "resources/read": "resources",
+    "resources/subscribe": "resources",
+    "resources/unsubscribe": "resources",
+}
+_COMPLETION_REFS: Mapping[Any, str] = {"ref/prompt": "prompts", "ref/resource": "resources"}
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -28,9 +38,24 @@ class Call:
     body: Mapping[str, Any]
 
     @property
+    def kind(self) -> str | None:
+        """Which of a rule's globs (``tools``, ``resources``, ``prompts``) this request's name is matched
+        with; None for a request that names nothing (a list)."""
+        kind = NAMED_KINDS.get(self.method)
+        if kind is None and self.method == "completion/complete":
+            ref = self.params.get("ref")
+            kind = _COMPLETION_REFS.get(ref.get("type")) if isinstance(ref, Mapping) else None
+        return kind
+
+    @property
     def target(self) -> str | None:
-        """The name a rule's glob matches: the tool of a tools/call."""
-        name = self.params.get("name")
+        """The name a rule's glob matches: the tool of a tools/call, the prompt of a prompts/get, the URI of
+        a resources/read (and of a completion's reference)."""
+        kind = self.kind
+        if kind is None:
+            return None
+        holder = self.params.get("ref") if self.method == "completion/complete" else self.params
+        name = holder.get("uri" if kind == "resources" else "name") if isinstance(holder, Mapping) else None
         return name if isinstance(name, str) else None
 
     @property
@@ -188,6 +213,11 @@ class PlanContext:
     # The server's own description of a tool (its tools/list entry), once a tools/list answer has been seen.
     tool: Callable[[str], Mapping[str, Any] | None] = field(default=lambda _name: None)
     seed: int = 0  # the profile's seed, for choices that must stay the same on every call (drift's auto names)
+    methods: frozenset[str] = frozenset({"tools/call"})  # the rule's ``methods``
+    # The server's own description of a prompt (its prompts/list entry), as ``tool`` for tools.
+    prompt: Callable[[str], Mapping[str, Any] | None] = field(default=lambda _name: None)
+    # Whether the rule's glob for a kind ("tools", "resources", "prompts") matches a name.
+    matches: Callable[[str, str], bool] = field(default=lambda _kind, _name: True)
 
 
 # How the analysis (analysis/effects.py) tells whether one application of a fault changed what the
@@ -203,7 +233,8 @@ class Fault(Protocol):
 
     ``type_name`` is the name profiles use; ``MODES`` are the modes it reports; ``event_name`` is the
     span event each application leaves on the proxy's span (a constant of telemetry/names.py);
-    ``targets`` are the methods on which a rule of this type can fire, ``transports`` the transports
+    ``targets`` are the methods on which a rule of this type can fire (a rule picks among them with
+    ``methods``; ``methods_allowed`` narrows them for settings that make sense on fewer), ``transports`` the transports
     that can carry it out (a rule whose fault needs HTTP never fires behind the stdio proxy), and a
     fault that ``needs_process`` fires only where the proxy started the server itself. A
     ``persistent`` fault stays in force after it first fires and is planned for every later
@@ -222,6 +253,10 @@ class Fault(Protocol):
     effect: ClassVar[Effect]
     needs_tools: ClassVar[bool]  # the engine learns tools/list answers for ctx.tool
 
+    def methods_allowed(self) -> frozenset[str]:
+        """The methods a rule with these settings may name (``targets``, or fewer)."""
+        ...
+
     def history_depth(self) -> int:
         """How many earlier responses per (tool, arguments) the engine keeps for ``ctx.history`` (0: none)."""
         ...
@@ -236,6 +271,20 @@ class Fault(Protocol):
 
 
 TOOLS_CALL = frozenset({"tools/call"})
+# The requests that read what a server offers: where timeout, latency, error, malformed and stale make sense too.
+READS = frozenset(
+    {
+        "resources/read",
+        "resources/list",
+        "resources/templates/list",
+        "prompts/get",
+        "prompts/list",
+        "completion/complete",
+        "tools/list",
+    }
+)
+# Every client-to-server request a rule may name (what HTTP faults, below JSON-RPC, can act on).
+REQUESTS = TOOLS_CALL | READS | frozenset({"resources/subscribe", "resources/unsubscribe"})
 
 
 class FaultBase:
@@ -248,6 +297,9 @@ class FaultBase:
     follows: ClassVar[frozenset[str]] = frozenset()
     effect: ClassVar[Effect] = "always"
     needs_tools: ClassVar[bool] = False
+
+    def methods_allowed(self) -> frozenset[str]:
+        return self.targets
 
     def history_depth(self) -> int:
         return 0

@@ -107,7 +107,7 @@ class _RuleState:
 
 @dataclass(slots=True)
 class ResponseHistory:
-    """Earlier successful tools/call responses per (tool, arguments), bounded in keys and depth."""
+    """Earlier successful responses per (method, name, arguments, cursor), bounded in keys and depth."""
 
     depth: int = 8
     max_keys: int = 4096
@@ -115,10 +115,12 @@ class ResponseHistory:
 
     @staticmethod
     def key(call: Call) -> str:
+        # A list's pages differ by cursor; a tool, prompt or resource by its name and arguments.
+        parts = [call.method, call.target, call.arguments, call.params.get("cursor")]
         try:
-            return orjson.dumps([call.target, call.arguments], option=orjson.OPT_SORT_KEYS).decode()
+            return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
         except TypeError:  # what orjson refuses (integers beyond 64 bits) the standard library writes
-            return json.dumps([call.target, call.arguments], sort_keys=True, default=str)
+            return json.dumps(parts, sort_keys=True, default=str)
 
     def get(self, call: Call) -> tuple[bytes, ...]:
         found = self._entries.get(self.key(call))
@@ -173,11 +175,13 @@ class Engine:
         self._states: list[_RuleState] = []
         self._timed: list[_RuleState] = []  # process faults with start_after_s: fired by due(), not requests
         self._history: ResponseHistory | None = None
+        self._history_methods: frozenset[str] = frozenset()  # the methods whose answers stale rules replay
         self._methods: frozenset[str] = frozenset()
         self._session_id = session_id  # for rules with a sessions share (a blast radius)
         self._pending: tuple[RuleChange, ...] = ()
-        # Tools as the server's tools/list describes them (kept across rule-set changes).
+        # Tools and prompts as the server's tools/list and prompts/list describe them (kept across rule-set changes).
         self._tools: dict[str, Mapping[str, Any]] = {}
+        self._prompts: dict[str, Mapping[str, Any]] = {}
         self._learns_tools = False
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
@@ -222,14 +226,15 @@ class Engine:
         self._timed = [s for s in states if _time_triggered(s.rule)]
         self._states = states = [s for s in states if not _time_triggered(s.rule)]
         self._all_states = tuple(every)
-        self._by_tool: dict[str, list[_RuleState]] = {}
+        self._by_name: dict[tuple[str, str], list[_RuleState]] = {}
         self._handshake_rules = [s for s in states if s.rule.fault.handshake is not None]
         depths = [s.rule.fault.history_depth() for s in states]
         if any(depths) and (self._history is None or self._history.depth < max(depths)):
             self._history = ResponseHistory(depth=max(depths))
+        self._history_methods = frozenset(m for s in states if s.rule.fault.history_depth() for m in s.rule.methods)
         # Tools as the server's tools/list describes them, for rules that need annotations or schemas.
         self._learns_tools = any(s.rule.read_only is not None or s.rule.fault.needs_tools for s in states)
-        self._methods = frozenset(m for s in states for m in s.rule.fault.targets | s.rule.fault.follows) | (
+        self._methods = frozenset(m for s in states for m in s.rule.methods | s.rule.fault.follows) | (
             HANDSHAKE_METHODS if states else frozenset()
         )
 
@@ -260,19 +265,19 @@ class Engine:
             return PASS
         if call.method in HANDSHAKE_METHODS:
             return self._handshake(call)
-        tool = call.target
+        kind, name = call.kind, call.target
         eligible: list[_RuleState] = []
         persistent: list[tuple[_RuleState, Injection]] = []
-        for state in self._states if tool is None else self._states_for(tool):
+        for state in self._states if kind is None or name is None else self._states_for(kind, name):
             fault, rule = state.rule.fault, state.rule
             if (rule.start_after_s is not None or rule.duration_s is not None) and not rule.in_window(elapsed_s):
                 continue  # outside its window the rule is not in force: it neither counts nor draws
-            if state.active and call.method in fault.targets | fault.follows:
+            if state.active and (call.method in rule.methods or call.method in fault.follows):
                 injection = fault.plan(call, state.rng, self._context(rule))
                 if injection is not None:
                     persistent.append((state, injection))
                 continue
-            if call.method not in fault.targets:
+            if call.method not in rule.methods:
                 continue
             state.matched += 1
             if state.matched > rule.after and (rule.limit is None or state.injected < rule.limit):
@@ -326,13 +331,18 @@ class Engine:
         pending = [s.rule.start_after_s for s in self._timed if not s.timed_out and s.rule.start_after_s is not None]
         return min(pending) if pending else None
 
-    def _states_for(self, tool: str) -> list[_RuleState]:
-        """The rules whose globs match ``tool``, in profile order; worked out once per tool name."""
-        states = self._by_tool.get(tool)
+    def _states_for(self, kind: str, name: str) -> list[_RuleState]:
+        """The rules whose glob for ``kind`` matches ``name``, in profile order; worked out once per name."""
+        key = (kind, name)
+        states = self._by_name.get(key)
         if states is None:
-            states = [s for s in self._states if s.rule.matches_tool(tool) and self.annotated_as(s.rule, tool)]
-            if len(self._by_tool) < MAX_CACHED_TOOLS:  # tool names come from a peer: keep the cache bounded
-                self._by_tool[tool] = states
+            states = [
+                s
+                for s in self._states
+                if s.rule.matches(kind, name) and (kind != "tools" or self.annotated_as(s.rule, name))
+            ]
+            if len(self._by_name) < MAX_CACHED_TOOLS:  # names come from a peer: keep the cache bounded
+                self._by_name[key] = states
         return states
 
     def annotated_as(self, rule: Rule, tool: str) -> bool:
@@ -347,23 +357,24 @@ class Engine:
         read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
         return read_only is rule.read_only
 
-    def _learn_tools(self, body: Mapping[str, Any] | None) -> None:
+    def _learn(self, body: Mapping[str, Any] | None, key: str, into: dict[str, Mapping[str, Any]]) -> None:
         result = body.get("result") if body is not None else None
-        tools = result.get("tools") if isinstance(result, Mapping) else None
-        if not isinstance(tools, list):
+        listed = result.get(key) if isinstance(result, Mapping) else None
+        if not isinstance(listed, list):
             return
-        for tool in tools[:MAX_CACHED_TOOLS]:
-            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
-                self._tools[tool["name"]] = tool
-        self._by_tool.clear()  # what matches a tool may have changed with its annotations
+        for entry in listed[:MAX_CACHED_TOOLS]:
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                into[entry["name"]] = entry
+        self._by_name.clear()  # what matches a tool may have changed with its annotations
 
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:
-        """Remember a server's successful tools/call response (what stale faults replay) and its tools/list
-        (what annotation-aware rules and auto drift read)."""
+        """Remember a server's successful responses (what stale faults replay) and its tools/list and
+        prompts/list (what annotation-aware rules and auto drift read)."""
         if call.method == "tools/list" and self._learns_tools:
-            self._learn_tools(body)
-            return
-        if self._history is None or call.method != "tools/call" or body is None:
+            self._learn(body, "tools", self._tools)
+        elif call.method == "prompts/list" and self._learns_tools:
+            self._learn(body, "prompts", self._prompts)
+        if self._history is None or call.method not in self._history_methods or body is None:
             return
         result = body.get("result")
         if isinstance(result, Mapping) and not result.get("isError"):
@@ -381,7 +392,16 @@ class Engine:
     def _context(self, rule: Rule, *, activating: bool = False) -> PlanContext:
         history = self._history.get if self._history is not None else (lambda _call: ())
         return PlanContext(
-            rule.name, rule.matches_tool, history, activating, self._in_session, self._tools.get, self.profile.seed
+            rule.name,
+            rule.matches_tool,
+            history,
+            activating,
+            self._in_session,
+            self._tools.get,
+            self.profile.seed,
+            rule.methods,
+            self._prompts.get,
+            rule.matches,
         )
 
     @staticmethod

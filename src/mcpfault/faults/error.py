@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import READS, TOOLS_CALL, Call, FaultBase, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
 from mcpfault.telemetry import names
 
@@ -16,11 +16,16 @@ class Error(FaultBase):
     type_name: ClassVar[str] = "error"
     MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
     event_name: ClassVar[str] = names.EVENT_ERROR
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
 
     # protocol: a JSON-RPC error response; tool: a tools/call result with isError true.
     mode: Literal["protocol", "tool"] = "protocol"
     code: int = jsonrpc.INTERNAL_ERROR
     message: str = "Internal error"
+
+    def methods_allowed(self) -> frozenset[str]:
+        # isError is a tools/call result's field: no other request has a tool error.
+        return TOOLS_CALL if self.mode == "tool" else self.targets
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         if self.mode == "tool":

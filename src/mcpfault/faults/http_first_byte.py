@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import HTTP, Call, Effect, FaultBase, HttpBehaviour, Injection, PlanContext
+from mcpfault.faults.base import HTTP, REQUESTS, Call, Effect, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -29,6 +29,7 @@ class FirstByteLatency(FaultBase):
     type_name: ClassVar[str] = "first_byte_latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
     event_name: ClassVar[str] = names.EVENT_FIRST_BYTE_DELAY
+    targets: ClassVar[frozenset[str]] = REQUESTS
     effect: ClassVar[Effect] = "failure"
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

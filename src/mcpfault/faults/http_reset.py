@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any, ClassVar, Literal
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.telemetry import names
 
 
@@ -32,6 +32,7 @@ class Reset(FaultBase):
     type_name: ClassVar[str] = "reset"
     MODES: ClassVar[tuple[str, ...]] = ("before", "after")
     event_name: ClassVar[str] = names.EVENT_RESET
+    targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     mode: Literal["before", "after"] = "before"

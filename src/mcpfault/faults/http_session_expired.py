@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any, ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
 from mcpfault.telemetry import names
 
@@ -28,6 +28,7 @@ class SessionExpired(FaultBase):
     type_name: ClassVar[str] = "session_expired"
     MODES: ClassVar[tuple[str, ...]] = ("not_found",)
     event_name: ClassVar[str] = names.EVENT_SESSION_EXPIRED
+    targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any, ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -32,6 +32,7 @@ class HttpStatus(FaultBase):
     type_name: ClassVar[str] = "http_status"
     MODES: ClassVar[tuple[str, ...]] = ("status",)
     event_name: ClassVar[str] = names.EVENT_HTTP_STATUS
+    targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     status: int = bounded(503, min=400, max=599)

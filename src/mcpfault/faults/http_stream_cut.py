@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import HTTP, Call, FaultBase, HttpBehaviour, Injection, PlanContext
+from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -34,6 +34,7 @@ class StreamCut(FaultBase):
     type_name: ClassVar[str] = "stream_cut"
     MODES: ClassVar[tuple[str, ...]] = ("cut",)
     event_name: ClassVar[str] = names.EVENT_STREAM_CUT
+    targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 
     after_events: int = bounded(0, min=0, max=1_000_000)

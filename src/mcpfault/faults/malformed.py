@@ -8,12 +8,24 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any, ClassVar, Literal
 
-from mcpfault.faults.base import Call, Delivery, FaultBase, Injection, PlanContext, encode, load_object
+from mcpfault.faults.base import (
+    READS,
+    TOOLS_CALL,
+    Call,
+    Delivery,
+    FaultBase,
+    Injection,
+    PlanContext,
+    encode,
+    load_object,
+)
 from mcpfault.telemetry import names
 
 Mode = Literal["truncate", "not_json", "missing_result", "wrong_id", "wrong_type"]
 ALL_MODES: tuple[Mode, ...] = ("truncate", "not_json", "missing_result", "wrong_id", "wrong_type")
 # What a server that logs to stdout, or a gateway in front of one, puts on the wire.
+# The lists a result carries, by request kind: tools/call, resources/read, prompts/get, then the listings.
+_LISTS = ("content", "contents", "messages", "tools", "resources", "resourceTemplates", "prompts")
 NOT_JSON = b"Error: upstream connection pool exhausted (worker 3), retrying\n"
 
 
@@ -22,6 +34,7 @@ class Malformed(FaultBase):
     type_name: ClassVar[str] = "malformed"
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
     event_name: ClassVar[str] = names.EVENT_CORRUPT
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
 
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES
@@ -76,9 +89,12 @@ def _wrong_type(data: bytes, where: float) -> bytes:
     if isinstance(structured, dict | list) and _leaves(structured):
         result["structuredContent"] = mutated = _mutate_leaf(structured, where)
         _rewrite_text_json(result, mutated)
-    elif isinstance(result.get("content"), list):
-        # No structured result: the content list itself becomes a string.
-        result["content"] = json.dumps(result["content"])
+    elif listed := next((key for key in _LISTS if isinstance(result.get(key), list)), None):
+        # No structured result: the list the answer carries (content, a resource's contents, a prompt's
+        # messages, a listing) itself becomes a string.
+        result[listed] = json.dumps(result[listed])
+    elif isinstance(completion := result.get("completion"), dict) and isinstance(completion.get("values"), list):
+        completion["values"] = json.dumps(completion["values"])
     else:
         result["content"] = {"unexpected": True}
     return encode(body)

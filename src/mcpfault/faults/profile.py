@@ -1,8 +1,10 @@
 """Profiles: TOML documents of ``name``, ``seed`` and ``[[faults]]`` rules.
 
 A rule is read in two steps (as Toxiproxy decodes a toxic): first its generic keys (``type``,
-``name``, ``tools``, ``probability``, ``after``, ``limit``, and the time window ``start_after_s`` /
-``duration_s``), then its type's own settings. Every problem is collected, each naming file, rule,
+``name``, ``methods`` and the name globs per kind ``tools``, ``resources`` (URIs), ``prompts``,
+``probability``, ``after``, ``limit``, and the time window ``start_after_s`` / ``duration_s``), then
+its type's own settings. A method the type cannot act on, or a glob for a kind none of the rule's
+methods names, is a problem too. Every problem is collected, each naming file, rule,
 field and what is allowed. ``rule_from_mapping`` reads one rule alone (the control API's POST).
 """
 
@@ -22,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
-from mcpfault.faults.base import Fault
+from mcpfault.faults.base import NAMED_KINDS, REQUESTS, TOOLS_CALL, Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = (
@@ -36,12 +38,22 @@ GENERIC_KEYS = (
     "start_after_s",
     "duration_s",
     "sessions",
+    "methods",
+    "resources",
+    "prompts",
 )
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server", "probe")  # [probe]: probe/policy.py
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # MCP tool names are 1-128 of [A-Za-z0-9_.-]; globs add * ? [ ] !
 _GLOB_CHARS = re.compile(r"^[A-Za-z0-9_.\-/*?\[\]!]+$")
+# Resource URIs take any printable character but white space; the globs add nothing to that.
+_URI_GLOB_CHARS = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+# Which kinds' names each method that names something is matched on (a completion names a prompt or a resource).
+KINDS_OF_METHOD: Mapping[str, frozenset[str]] = {
+    **{method: frozenset({kind}) for method, kind in NAMED_KINDS.items()},
+    "completion/complete": frozenset({"prompts", "resources"}),
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,10 @@ class Rule:
     type_name: str
     fault: Fault
     tools: tuple[str, ...] = ("*",)
+    # The requests the rule acts on (each one its fault type takes), and the globs for the other kinds' names.
+    methods: frozenset[str] = TOOLS_CALL
+    resources: tuple[str, ...] = ("*",)
+    prompts: tuple[str, ...] = ("*",)
     probability: float = 1.0
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
@@ -63,6 +79,16 @@ class Rule:
     duration_s: float | None = None
     # A blast radius: the share of HTTP sessions (chosen by a seeded hash of the session id) the rule acts in.
     sessions: float | None = None
+    matches_resource: Callable[[str], bool] = field(default=lambda _uri: True, compare=False, repr=False)
+    matches_prompt: Callable[[str], bool] = field(default=lambda _name: True, compare=False, repr=False)
+
+    def matches(self, kind: str | None, name: str | None) -> bool:
+        """Whether the rule's glob for ``kind`` matches ``name``; a request naming nothing (a list) always does."""
+        if kind is None or name is None:
+            return True
+        if kind == "tools":
+            return self.matches_tool(name)
+        return self.matches_resource(name) if kind == "resources" else self.matches_prompt(name)
 
     def in_window(self, elapsed_s: float) -> bool:
         start = self.start_after_s or 0.0
@@ -255,6 +281,11 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     if not isinstance(name, str) or not name:
         report("name", f"got {name!r}; expected a non-empty string")
     tools = _tools(raw.get("tools", ["*"]), report)
+    resources = _tools(
+        raw.get("resources", ["*"]), report, "resources", _URI_GLOB_CHARS, "URIs use printable characters"
+    )
+    prompts = _tools(raw.get("prompts", ["*"]), report, "prompts")
+    methods = _methods(raw.get("methods", ["tools/call"]), report)
     probability = _probability(raw.get("probability", 1.0), report)
     read_only = raw.get("read_only")
     if read_only is not None and not isinstance(read_only, bool):
@@ -279,6 +310,8 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     if fault_type is not None:
         own = {k: v for k, v in raw.items() if k not in GENERIC_KEYS or k in own_fields}
         fault = settings.decode(fault_type, own, report, rule_keys=GENERIC_KEYS)
+    if fault is not None and methods:
+        _check_methods(fault, methods, raw, report)
     if len(problems) > count or fault is None:
         return None
     return Rule(
@@ -287,6 +320,11 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         type_name=str(type_name),
         fault=fault,
         tools=tools,
+        methods=methods,
+        resources=resources,
+        prompts=prompts,
+        matches_resource=_matcher(resources),
+        matches_prompt=_matcher(prompts),
         probability=float(probability),
         after=int(after or 0),
         limit=limit,
@@ -323,22 +361,70 @@ def _probability(raw: Any, report: Callable[[str, str], None]) -> float:
     return float(raw)
 
 
-def _tools(raw: Any, report: Callable[[str, str], None]) -> tuple[str, ...]:
+def _tools(
+    raw: Any,
+    report: Callable[[str, str], None],
+    key: str = "tools",
+    allowed: re.Pattern[str] = _GLOB_CHARS,
+    names_use: str = "names use A-Z a-z 0-9 _ . -",
+) -> tuple[str, ...]:
+    """The globs of ``key`` (tool names, resource URIs, prompt names)."""
+    example = "netops://devices/*/config" if key == "resources" else "get_*"
     patterns = [raw] if isinstance(raw, str) else raw
     if not isinstance(patterns, list) or not patterns:
-        report("tools", f'got {raw!r}; expected a glob or a non-empty list of globs, e.g. ["get_*"]')
+        report(key, f'got {raw!r}; expected a glob or a non-empty list of globs, e.g. ["{example}"]')
         return ("*",)
     good: list[str] = []
     for pattern in patterns:
         if not isinstance(pattern, str) or not pattern:
-            report("tools", f"got {pattern!r}; expected a non-empty glob string")
-        elif not _GLOB_CHARS.match(pattern):
-            report("tools", f"bad glob {pattern!r}: tool names use A-Z a-z 0-9 _ . - and globs add * ? [ ] !")
+            report(key, f"got {pattern!r}; expected a non-empty glob string")
+        elif not allowed.match(pattern):
+            report(key, f"bad glob {pattern!r}: {key[:-1]} {names_use} and globs add * ? [ ] !")
         elif pattern.count("[") != pattern.count("]") or re.search(r"\[[^\]]*\[", pattern):
-            report("tools", f"bad glob {pattern!r}: unbalanced [ ]; a set looks like get_[abc]*")
+            report(key, f"bad glob {pattern!r}: unbalanced [ ]; a set looks like get_[abc]*")
         else:
             good.append(pattern)
     return tuple(good)
+
+
+def _methods(raw: Any, report: Callable[[str, str], None]) -> frozenset[str]:
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names:
+        report("methods", f'got {raw!r}; expected a non-empty list of request methods, e.g. ["resources/read"]')
+        return frozenset()
+    good: set[str] = set()
+    for name in names:
+        if isinstance(name, str) and name in REQUESTS:
+            good.add(name)
+            continue
+        hint = settings.did_you_mean(name, sorted(REQUESTS)) if isinstance(name, str) else ""
+        report("methods", f"{name!r} is not a request a rule can act on{hint}; one of: {', '.join(sorted(REQUESTS))}")
+    return frozenset(good) if len(good) == len(names) else frozenset()
+
+
+def _check_methods(
+    fault: Fault, methods: frozenset[str], raw: Mapping[str, Any], report: Callable[[str, str], None]
+) -> None:
+    """The impossible combinations: a method the fault type (with these settings) cannot act on, a glob
+    for a kind of name that none of the methods carries, ``read_only`` without tools/call."""
+    allowed = fault.methods_allowed()
+    for method in sorted(methods - allowed):
+        report(
+            "methods",
+            f"{fault.type_name} (as configured) cannot act on {method}; it takes: {', '.join(sorted(allowed))}; "
+            f"remove {method!r} from methods or use another fault type",
+        )
+    named = {kind for method in methods for kind in KINDS_OF_METHOD.get(method, ())}
+    for key in ("tools", "resources", "prompts"):
+        if key in raw and key not in named:
+            takers = sorted(m for m, kinds in KINDS_OF_METHOD.items() if key in kinds)
+            report(
+                key,
+                f"{key} globs match the names of {', '.join(takers)}, and methods = {sorted(methods)} has none of "
+                f"them; add one to methods, or remove {key}",
+            )
+    if raw.get("read_only") is not None and "tools/call" not in methods:
+        report("read_only", f"read_only picks tools by annotation, and methods = {sorted(methods)} has no tools/call")
 
 
 def _count(raw: Any, field_name: str, report: Callable[[str, str], None], *, allow_none: bool) -> int | None:

@@ -11,6 +11,12 @@ with the new names are translated back and forwarded. ``rename_fields`` (a table
 each tool's ``outputSchema``) renames result fields in ``structuredContent`` and in JSON text content.
 tools/list is rewritten to match (inputSchema, outputSchema). With ``notify`` the client is sent
 ``notifications/tools/list_changed`` when the drift happens, and ``listChanged`` is advertised.
+
+The same redeploy reaches prompts and resources when the rule's ``methods`` name them: on
+``prompts/get``, ``rename_args`` renames the prompt's arguments (``"auto"`` from its prompts/list entry,
+which is rewritten to match; a missing required argument is answered -32602, as the SDK's server
+does); on ``resources/read``, ``rename_fields`` renames the fields of JSON contents (``"auto"`` from the
+contents' own keys).
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ from mcpfault.protocol.values import rename_keys
 from mcpfault.telemetry import names
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+# What a drifting server announces, by the kind of request the drift first shows on.
+_LIST_CHANGED_OF = {
+    "tools/call": LIST_CHANGED,
+    "prompts/get": {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"},
+    "resources/read": {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"},
+}
 AUTO = "auto"
 # What ``auto`` adds to a one-word name: the renames a redeploy makes (path -> path_name, id -> id_ref).
 _SUFFIXES = ("_name", "_value", "_ref", "_text")
@@ -52,8 +64,8 @@ class SchemaDrift(FaultBase):
     MODES: ClassVar[tuple[str, ...]] = ("rename_args", "rename_fields", "rewrite_list", "advertise")
     event_name: ClassVar[str] = names.EVENT_DRIFT
     effect: ClassVar[Effect] = "renamed_fields"
-    targets: ClassVar[frozenset[str]] = frozenset({"tools/call"})
-    follows: ClassVar[frozenset[str]] = frozenset({"tools/list"})
+    targets: ClassVar[frozenset[str]] = frozenset({"tools/call", "prompts/get", "resources/read"})
+    follows: ClassVar[frozenset[str]] = frozenset({"tools/list", "prompts/list"})
     persistent: ClassVar[bool] = True
     needs_tools: ClassVar[bool] = True  # schemas say which names are required, and what "auto" renames
 
@@ -68,11 +80,88 @@ class SchemaDrift(FaultBase):
         if not self.rename_args and not self.rename_fields:
             raise ValueError('set rename_args, rename_fields or both, e.g. { device_id = "device" } or "auto"', "type")
 
+    def methods_allowed(self) -> frozenset[str]:
+        # A prompt has arguments and no result fields; a resource has fields and no arguments.
+        return frozenset(
+            {"tools/call"}
+            | ({"prompts/get"} if self.rename_args else set())
+            | ({"resources/read"} if self.rename_fields else set())
+        )
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection | None:
-        notify = (LIST_CHANGED,) if self.notify and ctx.activating else ()
+        announce = _LIST_CHANGED_OF.get(call.method)
+        notify = (announce,) if self.notify and ctx.activating and announce is not None else ()
         if call.method == "tools/list":
+            if "tools/call" not in ctx.methods:
+                return None
             return Injection("rewrite_list", response=_json_step(lambda b: self._rewrite_list(b, ctx)), notify=notify)
+        if call.method == "prompts/list":
+            if "prompts/get" not in ctx.methods:
+                return None
+            return Injection("rewrite_list", response=_json_step(lambda b: self._rewrite_prompts(b, ctx)))
+        if call.method == "prompts/get":
+            return self._plan_prompt(call, ctx, notify)
+        if call.method == "resources/read":
+            step = _json_step(lambda b: self._rename_contents(b, call.target or "", ctx))
+            return Injection("rename_fields", response=step, notify=notify)
         return self._plan_call(call, ctx, notify)
+
+    def _prompt_renames(self, prompt: str, ctx: PlanContext) -> Renames:
+        if self.rename_args is None or isinstance(self.rename_args, Mapping):
+            return self.rename_args or {}
+        names = [str(a.get("name")) for a in _prompt_arguments(ctx.prompt(prompt)) if a.get("name")]
+        return auto_names(names, seed=ctx.seed, salt=f"{ctx.rule_name}:prompt:{prompt}") if names else {}
+
+    def _plan_prompt(self, call: Call, ctx: PlanContext, notify: tuple[Mapping[str, Any], ...]) -> Injection:
+        prompt = call.target or ""
+        renames = self._prompt_renames(prompt, ctx)
+        arguments = dict(call.arguments)
+        stale = [old for old in renames if old in arguments]
+        listed = ctx.prompt(prompt)
+        if listed is not None:
+            required = [str(a.get("name")) for a in _prompt_arguments(listed) if a.get("required")]
+            missing = [renames.get(n, n) for n in required if renames.get(n, n) not in arguments]
+        else:  # arguments unknown: a renamed one that was sent was needed
+            missing = [renames[old] for old in stale]
+        if missing:
+            # The SDK's server (mcp 2.x MCPServer) answers a prompt's missing arguments at the protocol layer.
+            message = f"Missing required arguments: {set(missing)}"
+            reply = jsonrpc.error_response(call.request_id, jsonrpc.INVALID_PARAMS, message)
+            return Injection("rename_args", reply=reply, notify=notify)
+        back = {new: old for old, new in renames.items()}
+        if not stale and not any(name in back for name in arguments):
+            return Injection("rename_args", notify=notify)
+        params = dict(call.params)
+        params["arguments"] = {back.get(n, n): v for n, v in arguments.items() if n not in stale}
+        return Injection("rename_args", upstream_request={**call.body, "params": params}, notify=notify)
+
+    def _rewrite_prompts(self, body: dict[str, Any], ctx: PlanContext) -> None:
+        result = body.get("result")
+        prompts = result.get("prompts") if isinstance(result, dict) else None
+        for prompt in prompts if isinstance(prompts, list) else []:
+            if not isinstance(prompt, dict) or not ctx.matches("prompts", str(prompt.get("name"))):
+                continue
+            renames = self._prompt_renames(str(prompt.get("name")), ctx)
+            for argument in _prompt_arguments(prompt):
+                if isinstance(argument, dict) and argument.get("name") in renames:
+                    argument["name"] = renames[argument["name"]]
+
+    def _rename_contents(self, body: dict[str, Any], uri: str, ctx: PlanContext) -> None:
+        result = body.get("result")
+        contents = result.get("contents") if isinstance(result, dict) else None
+        for item in contents if isinstance(contents, list) else []:
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+                continue
+            try:
+                parsed = json.loads(item["text"])
+            except ValueError:
+                continue
+            if not isinstance(parsed, dict | list):
+                continue
+            names = self.rename_fields
+            if not isinstance(names, Mapping):  # auto: the contents' own field names, renamed from the seed
+                names = auto_names(_keys(parsed), seed=ctx.seed, salt=f"{ctx.rule_name}:resource:{uri}")
+            item["text"] = json.dumps(rename_keys(parsed, names))
 
     def handshake(self, call: Call) -> ResponseStep | None:
         if not self.notify:
@@ -185,6 +274,25 @@ def auto_names(names: list[str], *, seed: int, salt: str) -> dict[str, str]:
         taken.add(new)
         renames[name] = new
     return renames
+
+
+def _prompt_arguments(prompt: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    arguments = prompt.get("arguments") if prompt is not None else None
+    return [a for a in arguments if isinstance(a, Mapping)] if isinstance(arguments, list) else []
+
+
+def _keys(node: Any) -> list[str]:
+    """Every object key at every depth, each once, in the order met."""
+    found: dict[str, None] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop(0)
+        if isinstance(current, dict):
+            found.update(dict.fromkeys(str(k) for k in current))
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return list(found)
 
 
 def _rename_result(body: dict[str, Any], names: Renames) -> None:

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, load_object, reply_with_id
+from mcpfault.faults.base import (
+    READS,
+    TOOLS_CALL,
+    Call,
+    Effect,
+    FaultBase,
+    Injection,
+    PlanContext,
+    load_object,
+    reply_with_id,
+)
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -16,6 +26,7 @@ class Stale(FaultBase):
     type_name: ClassVar[str] = "stale"
     MODES: ClassVar[tuple[str, ...]] = ("previous", "oldest")
     event_name: ClassVar[str] = names.EVENT_STALE_HIT
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
     effect: ClassVar[Effect] = "revision"
 
     # previous: the latest earlier response; oldest: the oldest of the last `history` responses.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import Call, Delivery, Effect, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import READS, TOOLS_CALL, Call, Delivery, Effect, FaultBase, Injection, PlanContext
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -16,6 +16,7 @@ class Timeout(FaultBase):
     type_name: ClassVar[str] = "timeout"
     MODES: ClassVar[tuple[str, ...]] = ("drop", "late")
     event_name: ClassVar[str] = names.EVENT_DROP
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
     effect: ClassVar[Effect] = "failure"
 
     mode: Literal["drop", "late"] = "drop"

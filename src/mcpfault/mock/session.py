@@ -17,6 +17,9 @@ the SDK's `MCPServer` did, era rules included:
 - `tools/call`: the tool's answer as `structuredContent` and as indented JSON text. An unknown tool or
   arguments that do not fit the tool's `inputSchema` are JSON-RPC errors (-32602); a request the world
   refuses (unknown id, empty summary) is a tool result with `isError: true`.
+- Resources and the prompt (`mcpfault.mock.resources`): device configurations and incidents, read,
+  listed and subscribed to; `notifications/resources/updated` and `.../list_changed` follow the answer
+  to the write that caused them. "Resource not found" is -32602 with the URI as `data`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mcpfault.mock import resources
 from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.schema import argument_problems
 from mcpfault.mock.tools import TOOLS
@@ -55,8 +59,13 @@ INSTRUCTIONS: Final = (
     "open_incident is not idempotent, so pass an idempotency_key if you may retry it. Every answer has as_of, "
     "the state revision it reflects."
 )
-# The tools never change, so the server never sends notifications/tools/list_changed.
-CAPABILITIES: Final = {"tools": {"listChanged": False}}
+# The tools and the prompt never change; the resource list does (a new incident), and configurations
+# can be subscribed to (mock/resources.py).
+CAPABILITIES: Final = {
+    "tools": {"listChanged": False},
+    "resources": {"subscribe": True, "listChanged": True},
+    "prompts": {"listChanged": False},
+}
 
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022  # reserved by the 2026-07-28 revision
 META_CLIENT_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
@@ -64,13 +73,10 @@ META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
 LATEST_LEGACY_VERSION: Final = max(LEGACY_VERSIONS)
 LATEST_MODERN_VERSION: Final = max(MODERN_VERSIONS)
 
-# Not advertised, but answered (empty) as the SDK server did: some clients ask regardless.
-_EMPTY_LISTS: Final = {
-    "prompts/list": "prompts",
-    "resources/list": "resources",
-    "resources/templates/list": "resourceTemplates",
-}
-_LIST_METHODS: Final = frozenset({"tools/list", *_EMPTY_LISTS})
+# The results that carry ttlMs and cacheScope in the 2026-07-28 era: the lists and the reads.
+_LIST_METHODS: Final = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
 
 _Params = dict[str, Any]
 
@@ -83,13 +89,6 @@ class RequestError(Exception):
         self.code = code
         self.message = message
         self.data = data
-
-
-def _empty_list(key: str) -> Callable[[_Params], dict[str, Any]]:
-    def answer(params: _Params) -> dict[str, Any]:
-        return {key: []}
-
-    return answer
 
 
 def _bad_params(why: str) -> RequestError:
@@ -110,8 +109,19 @@ class Session:
         self._methods: dict[str, Callable[[_Params], dict[str, Any]]] = {
             "tools/list": self._list_tools,
             "tools/call": self._call_tool,
-            **{method: _empty_list(key) for method, key in _EMPTY_LISTS.items()},
+            "resources/list": self._list_resources,
+            "resources/templates/list": lambda _params: {"resourceTemplates": resources.list_templates()},
+            "resources/read": self._read_resource,
+            "resources/subscribe": lambda params: self._subscription(params, subscribe=True),
+            "resources/unsubscribe": lambda params: self._subscription(params, subscribe=False),
+            "prompts/list": lambda _params: {"prompts": [resources.PROMPT]},
+            "prompts/get": self._get_prompt,
         }
+        self._subscribed: set[str] = set()
+        # Announce a changed resource list only to a client that has listed it: one that uses tools
+        # alone gets the very bytes it got before the server had resources.
+        self._listed_resources = False
+        self._notes: list[dict[str, Any]] = []  # notifications to send after the current answer
 
     def handle_line(self, line: bytes) -> bytes | None:
         """The encoded response to one input line, or None when the line asks for no answer."""
@@ -121,8 +131,13 @@ class Session:
         if message.kind is MessageKind.REQUEST:
             assert message.body is not None
             if self._spans is not None:
-                return encode(self._spans.handle(self, message.body))
-            return encode(self.handle(message.body))
+                answer = encode(self._spans.handle(self, message.body))
+            else:
+                answer = encode(self.handle(message.body))
+            if self._notes:  # after the answer, as a server announces what its write changed
+                answer += b"".join(encode(note) for note in self._notes)
+                self._notes.clear()
+            return answer
         if message.kind is MessageKind.OPAQUE:
             print(f"{SERVER_NAME}: ignored an input line: {message.why_opaque}", file=sys.stderr, flush=True)
         # Notifications (initialized, cancelled, ...) need nothing; this server sends no requests to answer.
@@ -286,8 +301,11 @@ class Session:
         if problems:
             raise RequestError(INVALID_PARAMS, f"Invalid arguments for tool {name!r}: {'; '.join(problems)}.")
         revision = self.world.revision
+        watched = None if tool.annotations.get("readOnlyHint") else resources.snapshot(self.world, self._subscribed)
         try:
             structured = tool.call(self.world, arguments)
+            if watched is not None:
+                self._notes += resources.changes(self.world, watched, self._subscribed, self._listed_resources)
         except MockWorldError as exc:
             text = f"Error executing tool {name}: {exc}"
             return {"content": [{"type": "text", "text": text}], "isError": True}
@@ -295,3 +313,44 @@ class Session:
             self._journal.append(name, arguments, self.world.revision)  # before the answer: a lost one still counts
         text = json.dumps(structured, indent=2, ensure_ascii=False)
         return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
+
+    # -- resources and the prompt (mock/resources.py) --
+
+    def _list_resources(self, params: _Params) -> dict[str, Any]:
+        self._listed_resources = True
+        return {"resources": resources.list_resources(self.world)}
+
+    def _read_resource(self, params: _Params) -> dict[str, Any]:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise _bad_params("resources/read needs params.uri, the resource's URI (a string)")
+        try:
+            return resources.read(self.world, uri)
+        except resources.ResourceNotFound:
+            # -32602, as 2026-07-28 asks for "resource not found"; data names the URI.
+            raise RequestError(INVALID_PARAMS, f"Resource not found: {uri}", {"uri": uri}) from None
+
+    def _subscription(self, params: _Params, *, subscribe: bool) -> dict[str, Any]:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise _bad_params("resources/subscribe and resources/unsubscribe need params.uri (a string)")
+        if subscribe:
+            self._read_resource(params)  # an unknown URI is refused, not watched
+            self._subscribed.add(uri)
+        else:
+            self._subscribed.discard(uri)
+        return {}
+
+    def _get_prompt(self, params: _Params) -> dict[str, Any]:
+        name = params.get("name")
+        if name != resources.PROMPT_NAME:
+            raise RequestError(INVALID_PARAMS, f"Unknown prompt: {name!r}. The prompts are: {resources.PROMPT_NAME}.")
+        arguments = params.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise _bad_params("params.arguments must be an object mapping argument names to strings")
+        try:
+            return resources.get_prompt(self.world, arguments)
+        except KeyError as exc:
+            raise RequestError(INVALID_PARAMS, f"Missing required arguments: {{{exc.args[0]!r}}}") from None
+        except MockWorldError as exc:
+            raise RequestError(INVALID_PARAMS, str(exc)) from None

@@ -18,7 +18,7 @@ import anyio
 from mcpfault.errors import UpstreamError
 from mcpfault.faults.base import STDIO, Call
 from mcpfault.faults.engine import Engine
-from mcpfault.faults.profile import Profile, Rule
+from mcpfault.faults.profile import KINDS_OF_METHOD, Profile, Rule
 
 READ_TIMEOUT_S = 30.0
 
@@ -111,14 +111,30 @@ def match(profile: Profile, inventory: Inventory, transport: str = STDIO) -> Dry
         if transport not in rule.fault.transports:
             found.append(RuleMatch(rule, why_none=f"acts over HTTP only (--listen); not over {transport}"))
             continue
-        by_glob = [n for n in names if rule.matches_tool(n)]
+        acts_on_tools = "tools/call" in rule.methods
+        by_glob = [n for n in names if rule.matches_tool(n)] if acts_on_tools else []
         tools = tuple(n for n in by_glob if engine.annotated_as(rule, n))
+        others = _other_targets(rule, inventory)
         why = ""
-        if not tools:
-            if not by_glob:
+        if not tools and not others:
+            if not acts_on_tools:
+                why = f"methods = {sorted(rule.methods)} name none of what the server offers"
+            elif not by_glob:
                 why = f"tools = {list(rule.tools)} names none of the server's tools"
             else:
                 wanted = "readOnlyHint true" if rule.read_only else "no readOnlyHint true"
                 why = f"read_only = {str(rule.read_only).lower()}: none of {', '.join(by_glob)} has {wanted}"
-        found.append(RuleMatch(rule, tools, why))
+        found.append(RuleMatch(rule, tools + others, why))
     return DryRun(inventory, tuple(found))
+
+
+def _other_targets(rule: Rule, inventory: Inventory) -> tuple[str, ...]:
+    """What a rule acts on besides tools: the server's resources and prompts its globs match (as
+    ``resource URI`` and ``prompt NAME``), and the listings it names (``prompts/list``)."""
+    found: list[str] = []
+    offered = {"resources": inventory.resources, "prompts": inventory.prompts}
+    for kind, match in (("resources", rule.matches_resource), ("prompts", rule.matches_prompt)):
+        if offered[kind] and {m for m in rule.methods if kind in KINDS_OF_METHOD.get(m, ())}:
+            found += [f"{kind[:-1]} {name}" for name in offered[kind] or () if match(name)]
+    found += sorted(m for m in rule.methods if m not in KINDS_OF_METHOD and m != "tools/call")
+    return tuple(found)
