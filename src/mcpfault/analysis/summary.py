@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
+from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord, row_name
 from mcpfault.faults.catalog import CATALOG
 
 GENTLE_PROFILES = (
@@ -26,6 +26,8 @@ STRESS_PROFILES = ("outage", "burst", "storm")
 # Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
 PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)
+# Report rows: each profile over stdio, then over HTTP (bench --transport both); `http` is HTTP-only.
+ROW_ORDER = (*PROFILE_ORDER, "http", *(row_name(p, "http") for p in (*PROFILE_ORDER, "http")))
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"
@@ -208,7 +210,7 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
                 f"task {record.task_index} of {record.profile}/{record.agent}: unknown outcome "
                 f"{record.outcome!r}; one of {', '.join(OUTCOMES)}"
             )
-    profiles = ordered((r.profile for r in items), PROFILE_ORDER)
+    profiles = ordered((r.row for r in items), ROW_ORDER)
     agents = ordered((r.agent for r in items), AGENT_ORDER)
     fault_types = ordered((t for r in items for t in _fault_types(r)), FAULT_TYPE_ORDER)
     classes, failures = _failures(items, agents)
@@ -234,7 +236,7 @@ def _fault_types(record: TaskRecord) -> set[str]:
 def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Sequence[str]) -> tuple[CellSummary, ...]:
     groups: defaultdict[tuple[str, str], list[TaskRecord]] = defaultdict(list)
     for record in records:
-        groups[record.profile, record.agent].append(record)
+        groups[record.row, record.agent].append(record)
     return tuple(
         _cell(profile, agent, groups[profile, agent])
         for profile in profiles
