@@ -55,7 +55,7 @@ class TaskRecord:
     @property
     def row(self) -> str:
         """The report row the task counts in: its profile, and over HTTP a row of its own."""
-        return self.profile if self.transport == "stdio" else row_name(self.profile, self.transport)
+        return row_name(self.profile, self.transport)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -77,8 +77,8 @@ class TaskRecord:
 
 
 def row_name(profile: str, transport: str) -> str:
-    """A report row's name for a profile run over ``transport`` (not stdio): ``mixed (http)``."""
-    return f"{profile} ({transport})"
+    """A report row's name for a profile run over ``transport``: the profile over stdio, else ``mixed (http)``."""
+    return profile if transport == "stdio" else f"{profile} ({transport})"
 
 
 def write_records(path: Path, records: Iterable[TaskRecord]) -> None:

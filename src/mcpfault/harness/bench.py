@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcpfault.analysis.records import TaskRecord, read_records
+from mcpfault.analysis.records import TaskRecord, read_records, row_name
 from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
@@ -266,7 +266,8 @@ async def run_bench(
         if session.error:
             result.errors.append(session.error)
             plan = session.plan
-            result.broken.append(BrokenSession(plan.profile_name, plan.agent, plan.session, session.error))
+            row = row_name(plan.profile_name, plan.transport)
+            result.broken.append(BrokenSession(row, plan.agent, plan.session, session.error))
     return result
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcpfault.analysis.records import OUTCOMES, TaskRecord
+from mcpfault.analysis.records import OUTCOMES, TaskRecord, row_name
 from mcpfault.analysis.summary import (
     AGENT_ORDER,
     FAULT_TYPE_ORDER,
@@ -261,13 +261,19 @@ def _success_section(summary: Summary, meta: ReportMeta | None = None) -> list[s
     return lines
 
 
+HTTP_ROW_SUFFIX = row_name("", "http")  # what ends the name of a row run over HTTP
+
+
 def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others)."""
+    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others), and
+    the rows over Streamable HTTP apart from those over stdio (bench --transport both)."""
+    http = [p for p in profiles if p.endswith(HTTP_ROW_SUFFIX)]
     stress = [p for p in profiles if p in STRESS_PROFILES]
-    rest = [p for p in profiles if p not in STRESS_PROFILES]
+    rest = [p for p in profiles if p not in STRESS_PROFILES and p not in http]
     groups = [
         ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
         ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+        ("Over Streamable HTTP: the same seeds through the HTTP proxy in front of the mock", http),
     ]
     return [(title, members) for title, members in groups if members]
 
