@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,7 +37,7 @@ from mcpfault.errors import (
     UpstreamError,
 )
 from mcpfault.harness.client import Era, StdioClient
-from mcpfault.harness.forkserver import ForkServer, forkable
+from mcpfault.harness.forkserver import ForkServer
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import LEGACY_VERSIONS, MODERN_VERSIONS
 from mcpfault.proxy import sse
@@ -107,17 +106,7 @@ class HttpClient(StdioClient):
         self._streams: dict[int, anyio.CancelScope] = {}  # request id -> its POST, closed to cancel it
 
     async def __aenter__(self) -> Self:
-        try:
-            if self._launcher is not None and forkable(self.command):
-                self._process = await self._launcher.spawn(self.command, stderr=self._stderr)
-            else:
-                self._process = await anyio.open_process(
-                    self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr
-                )
-        except OSError as exc:
-            raise UpstreamError(f"cannot start {self.command[0]!r}: {exc}") from None
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        await super().__aenter__()  # the proxy's process (its stdout stays unread: over HTTP it writes none)
         try:
             self.url = await self._endpoint()
         except BaseException:
