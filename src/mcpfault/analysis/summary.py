@@ -141,6 +141,21 @@ class RecoveryStats:
 
 
 @dataclass(frozen=True)
+class FaultOutcomes:
+    """How one agent's tasks ended that one fault type affected (a task counts under each type that did)."""
+
+    fault_type: str
+    agent: str
+    recovered: int
+    failed_detected: int
+    failed_silent: int
+
+    @property
+    def tasks(self) -> int:
+        return self.recovered + self.failed_detected + self.failed_silent
+
+
+@dataclass(frozen=True)
 class FailureCount:
     """How many of one agent's failed_detected tasks ended with one failure class."""
 
@@ -160,6 +175,7 @@ class Summary:
     recovery: tuple[RecoveryStats, ...]  # fault type order, then agent order; pairs with samples only
     failure_classes: tuple[str, ...]  # most frequent first, ties by name
     failures: tuple[FailureCount, ...]
+    by_fault: tuple[FaultOutcomes, ...] = ()  # fault type order, then agent order; pairs with tasks only
 
     @property
     def total_tasks(self) -> int:
@@ -222,6 +238,7 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
         recovery=_recovery(items, fault_types, agents),
         failure_classes=classes,
         failures=failures,
+        by_fault=_by_fault(items, fault_types, agents),
     )
 
 
@@ -299,6 +316,21 @@ def _recovery(
         for fault_type in fault_types
         for agent in agents
         if (times := samples.get((fault_type, agent)))
+    )
+
+
+def _by_fault(
+    records: Sequence[TaskRecord], fault_types: Sequence[str], agents: Sequence[str]
+) -> tuple[FaultOutcomes, ...]:
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for record in records:
+        for fault_type in _fault_types(record):
+            counts[fault_type, record.agent, record.outcome] += 1
+    return tuple(
+        FaultOutcomes(fault_type, agent, *(counts[fault_type, agent, o] for o in OUTCOMES[1:]))
+        for fault_type in fault_types
+        for agent in agents
+        if any(counts[fault_type, agent, o] for o in OUTCOMES[1:])
     )
 
 

@@ -31,6 +31,8 @@ from mcpfault.analysis.summary import (
     summarize,
     wilson,
 )
+from mcpfault.faults.base import HTTP
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.harness.charts import (
     AGENT_COLOURS,
     CHARTS,
@@ -152,6 +154,7 @@ def render_markdown(summary: Summary, meta: ReportMeta) -> str:
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),
+        _http_faults_section(summary),
         _failures_section(summary),
         _overhead_section(meta),
         _charts_section(),
@@ -563,6 +566,35 @@ def _recovery_cell(stats: RecoveryStats | None) -> str:
     if stats is None:
         return "-"
     return f"{milliseconds(stats.median_s)} / {milliseconds(stats.p95_s)} ({stats.samples})"
+
+
+def _http_faults_section(summary: Summary) -> list[str]:
+    """What each agent does with the faults only Streamable HTTP has (none ran: no section)."""
+    http_types = {name for name in summary.fault_types if _http_only(name)}
+    rows = [
+        [md(f.fault_type), md(f.agent), str(f.tasks), str(f.recovered), str(f.failed_detected), str(f.failed_silent)]
+        for f in summary.by_fault
+        if f.fault_type in http_types
+    ]
+    if not rows:
+        return []
+    return [
+        "## HTTP faults, by agent",
+        "",
+        "Tasks that each fault only HTTP has affected, by how they ended (a task counts under every type that "
+        "affected it). `naive` gives up on each. `retry-only` retries them all with its own short backoff, "
+        "writes included, and never starts a new session (after a 404 every retry on the lost session fails "
+        "too). `resilient` waits what Retry-After says, starts a new session after a 404 (2025-11-25), "
+        "re-issues a request whose stream was cut under a new id, and re-sends a non-idempotent write only "
+        "under its idempotency key.",
+        "",
+        *md_table(["fault type", "agent", "tasks", "recovered", "failed_detected", "failed_silent"], rows, 2),
+    ]
+
+
+def _http_only(fault_type: str) -> bool:
+    known = CATALOG.get(fault_type)
+    return known is not None and known.transports == frozenset({HTTP})
 
 
 def _failures_section(summary: Summary) -> list[str]:
