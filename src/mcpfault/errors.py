@@ -5,7 +5,9 @@ MCPFaultError
 │   ├── ProfileError     a profile
 │   └── ExperimentError  an experiment file (mcpfault.experiments.plan)
 ├── UsageError       a command-line value is wrong (what, where, what to do)
-└── UpstreamError    the MCP server could not be started or reached
+├── UpstreamError    the MCP server could not be started or reached
+└── CallError        one request failed (timeout, protocol error, tool error, malformed, ...)
+    └── TransportFailure  below JSON-RPC, over HTTP: HttpStatusError (SessionLost), StreamCut, ConnectionLost
 """
 
 from __future__ import annotations
@@ -104,3 +106,43 @@ class ContractChanged(CallError):
 
 class StaleResult(CallError):
     failure = "stale"
+
+
+class TransportFailure(CallError):
+    """The HTTP exchange failed below JSON-RPC: no answer came, or an HTTP error came instead.
+
+    ``transient``: another try may succeed (what a retry wrapper retries); every subclass here is.
+    """
+
+    failure = "transport"
+    transient = True
+
+
+class HttpStatusError(TransportFailure):
+    """An HTTP error status instead of an answer (a gateway's 503, a rate limiter's 429)."""
+
+    failure = "http_status"
+
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
+        self.status = status
+        self.retry_after_s = retry_after_s  # the Retry-After header, in seconds, when there was one
+        super().__init__(message)
+
+
+class SessionLost(HttpStatusError):
+    """404 for the client's session id: the server no longer knows the session (a 2025-11-25 client
+    MUST start a new one with ``initialize``)."""
+
+    failure = "session_lost"
+
+
+class StreamCut(TransportFailure):
+    """The answer's stream ended (or the connection closed) before the answer: it is lost."""
+
+    failure = "stream_cut"
+
+
+class ConnectionLost(TransportFailure):
+    """The connection closed before any HTTP response (a reset)."""
+
+    failure = "connection_reset"

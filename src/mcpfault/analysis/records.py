@@ -44,12 +44,18 @@ class TaskRecord:
     affected_types: tuple[str, ...] = ()  # the fault types that changed what the client received
     touched_no_effect: bool = False  # faults reached it, none changed what it received
     trial: int = 0  # which of bench --trials K runs of the cell (0 without --trials)
+    transport: str = "stdio"  # how the agent reached the proxy: stdio, or http (the Streamable HTTP bridge)
     # The llm agent's account of its task; left out of as_dict() for the scripted agents, which call no model.
     model: str | None = None
     model_calls: int = 0  # requests sent to the model, retries included
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None  # estimated from the price table; None for a model without a price
+
+    @property
+    def row(self) -> str:
+        """The report row the task counts in: its profile, and over HTTP a row of its own."""
+        return row_name(self.profile, self.transport)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -68,6 +74,11 @@ class TaskRecord:
         values["fault_modes"] = tuple(values.get("fault_modes", ()))
         values["affected_types"] = tuple(values.get("affected_types", ()))
         return TaskRecord(**values)
+
+
+def row_name(profile: str, transport: str) -> str:
+    """A report row's name for a profile run over ``transport``: the profile over stdio, else ``mixed (http)``."""
+    return profile if transport == "stdio" else f"{profile} ({transport})"
 
 
 def write_records(path: Path, records: Iterable[TaskRecord]) -> None:

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord
+from mcpfault.analysis.records import OUTCOMES, Outcome, TaskRecord, row_name
 from mcpfault.faults.catalog import CATALOG
 
 GENTLE_PROFILES = (
@@ -26,6 +26,8 @@ STRESS_PROFILES = ("outage", "burst", "storm")
 # Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
 PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)
+# Report rows: each profile over stdio, then over HTTP (bench --transport both); `http` is HTTP-only.
+ROW_ORDER = (*PROFILE_ORDER, "http", *(row_name(p, "http") for p in (*PROFILE_ORDER, "http")))
 AGENT_ORDER = ("naive", "retry-only", "resilient")
 FAULT_TYPE_ORDER = CATALOG.in_order()  # the catalog's order: a new fault type needs no line here
 UNCLASSIFIED = "(unclassified)"
@@ -139,6 +141,21 @@ class RecoveryStats:
 
 
 @dataclass(frozen=True)
+class FaultOutcomes:
+    """How one agent's tasks ended that one fault type affected (a task counts under each type that did)."""
+
+    fault_type: str
+    agent: str
+    recovered: int
+    failed_detected: int
+    failed_silent: int
+
+    @property
+    def tasks(self) -> int:
+        return self.recovered + self.failed_detected + self.failed_silent
+
+
+@dataclass(frozen=True)
 class FailureCount:
     """How many of one agent's failed_detected tasks ended with one failure class."""
 
@@ -158,6 +175,7 @@ class Summary:
     recovery: tuple[RecoveryStats, ...]  # fault type order, then agent order; pairs with samples only
     failure_classes: tuple[str, ...]  # most frequent first, ties by name
     failures: tuple[FailureCount, ...]
+    by_fault: tuple[FaultOutcomes, ...] = ()  # fault type order, then agent order; pairs with tasks only
 
     @property
     def total_tasks(self) -> int:
@@ -208,7 +226,7 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
                 f"task {record.task_index} of {record.profile}/{record.agent}: unknown outcome "
                 f"{record.outcome!r}; one of {', '.join(OUTCOMES)}"
             )
-    profiles = ordered((r.profile for r in items), PROFILE_ORDER)
+    profiles = ordered((r.row for r in items), ROW_ORDER)
     agents = ordered((r.agent for r in items), AGENT_ORDER)
     fault_types = ordered((t for r in items for t in _fault_types(r)), FAULT_TYPE_ORDER)
     classes, failures = _failures(items, agents)
@@ -220,6 +238,7 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
         recovery=_recovery(items, fault_types, agents),
         failure_classes=classes,
         failures=failures,
+        by_fault=_by_fault(items, fault_types, agents),
     )
 
 
@@ -234,7 +253,7 @@ def _fault_types(record: TaskRecord) -> set[str]:
 def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Sequence[str]) -> tuple[CellSummary, ...]:
     groups: defaultdict[tuple[str, str], list[TaskRecord]] = defaultdict(list)
     for record in records:
-        groups[record.profile, record.agent].append(record)
+        groups[record.row, record.agent].append(record)
     return tuple(
         _cell(profile, agent, groups[profile, agent])
         for profile in profiles
@@ -297,6 +316,21 @@ def _recovery(
         for fault_type in fault_types
         for agent in agents
         if (times := samples.get((fault_type, agent)))
+    )
+
+
+def _by_fault(
+    records: Sequence[TaskRecord], fault_types: Sequence[str], agents: Sequence[str]
+) -> tuple[FaultOutcomes, ...]:
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for record in records:
+        for fault_type in _fault_types(record):
+            counts[fault_type, record.agent, record.outcome] += 1
+    return tuple(
+        FaultOutcomes(fault_type, agent, *(counts[fault_type, agent, o] for o in OUTCOMES[1:]))
+        for fault_type in fault_types
+        for agent in agents
+        if any(counts[fault_type, agent, o] for o in OUTCOMES[1:])
     )
 
 

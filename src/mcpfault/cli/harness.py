@@ -41,6 +41,13 @@ def add_parsers(commands: Any) -> None:
         default="legacy",
         help="protocol era of the client: legacy 2025-11-25, modern 2026-07-28 (default legacy)",
     )
+    run.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="how the agent reaches the proxy: stdio, or http (Streamable HTTP: the proxy listens on "
+        "127.0.0.1, a port the OS picks, in front of the mock) (default stdio)",
+    )
     _task_options(run, "runs/<time>-<profile>-<agent>")
     _llm_options(run, bench=False)
     run.set_defaults(handler=_run)
@@ -75,6 +82,20 @@ def add_parsers(commands: Any) -> None:
     )
     bench.add_argument(
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
+    )
+    bench.add_argument(
+        "--transport",
+        choices=["stdio", "http", "both"],
+        default="stdio",
+        help="how agents reach the proxy: stdio, http (Streamable HTTP on 127.0.0.1; the default matrix "
+        "gains the http profile there), or both (a report row per transport) (default stdio)",
+    )
+    bench.add_argument(
+        "--era",
+        choices=["legacy", "modern"],
+        default="legacy",
+        help="protocol era of the clients: legacy 2025-11-25 (over HTTP: sessions), modern 2026-07-28 "
+        "(stateless) (default legacy)",
     )
     _task_options(bench, "runs/<time>-bench")
     _llm_options(bench, bench=True)
@@ -286,6 +307,7 @@ def _run(args: argparse.Namespace) -> int:
         proxy_seed=fault_seed(loaded.seed, args.seed),
         deadline_s=args.deadline,
         era=args.era,
+        transport=args.transport,
         proxy_summary=True,
         otlp_endpoint=endpoint,
         llm=llm,
@@ -340,6 +362,7 @@ def _bench(args: argparse.Namespace) -> int:
         BenchConfig,
         expand_profile_names,
         parse_shard,
+        parse_transports,
         plan_sessions,
         resolve_profile,
         run_bench,
@@ -371,6 +394,10 @@ def _bench(args: argparse.Namespace) -> int:
         trials=args.trials,
         llm=llm,
         probe=_probe(args.probe),
+        transports=parse_transports(args.transport),
+        era=args.era,
+        # Faults only HTTP has: the default matrix runs the http profile over HTTP.
+        http_only=(resolve_profile("http"),) if args.profiles is None and args.transport != "stdio" else (),
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)

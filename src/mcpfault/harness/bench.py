@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcpfault.analysis.records import TaskRecord, read_records
+from mcpfault.analysis.records import TaskRecord, read_records, row_name
 from mcpfault.analysis.server import ServerAccount, read_accounts
 from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
+from mcpfault.harness.client import Era
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
+from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO, TRANSPORTS
 
 if TYPE_CHECKING:
     from mcpfault.harness.agents.llm.agent import LLMConfig
@@ -60,6 +62,11 @@ class BenchConfig:
     # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
     llm: tuple[LLMConfig, ...] = ()
     probe: str | None = None  # every session's proxy runs with --probe this (see SessionPlan.probe)
+    # How agents reach the proxy: stdio, http (the Streamable HTTP bridge), or both (a row per transport).
+    transports: tuple[str, ...] = (TRANSPORT_STDIO,)
+    era: Era = "legacy"  # the client's protocol era (over HTTP: 2025-11-25 sessions, or 2026-07-28 stateless)
+    # Profiles only the HTTP transport runs (the default matrix adds `http` there); stdio skips them.
+    http_only: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +139,17 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
     if config.trials < 1:
         raise UsageError(f"--trials {config.trials}: give at least 1")
     plans = []
-    for profile_path in config.profiles:
+    for transport, profile_path in _transport_profiles(config):
         loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
         for agent, llm in _agent_variants(config):
             for trial in range(config.trials):
                 for session in range(count):
                     chunk = tasks[session * config.session_tasks : (session + 1) * config.session_tasks]
-                    cell_dir = config.out_dir / "sessions" / loaded.name / agent
+                    # stdio sessions keep the directories they always had; HTTP ones go under http/
+                    sessions_dir = config.out_dir / "sessions"
+                    if transport != TRANSPORT_STDIO:
+                        sessions_dir = sessions_dir / transport
+                    cell_dir = sessions_dir / loaded.name / agent
                     plans.append(
                         SessionPlan(
                             profile=profile_path,
@@ -155,19 +166,41 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             traces=config.traces,
                             otlp_endpoint=config.otlp_endpoint,
                             probe=config.probe,
+                            transport=transport,
+                            era=config.era,
                         )
                     )
     if config.shard is not None:
         index, shards = config.shard
         # Sessions are numbered in one fixed order (profile, agent, session), so the N slices are
         # disjoint, cover the matrix, and each session runs exactly as it would unsharded.
-        plans.sort(key=lambda p: (p.profile_name, p.agent, p.trial, p.session))
+        plans.sort(key=lambda p: (p.transport, p.profile_name, p.agent, p.trial, p.session))
         plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
 
 
 TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials never share a seed
+
+
+def parse_transports(option: str) -> tuple[str, ...]:
+    """``--transport``: stdio, http, or both (stdio then http)."""
+    if option == "both":
+        return TRANSPORTS
+    if option not in TRANSPORTS:
+        raise UsageError(f"--transport {option!r}: choose stdio, http or both")
+    return (option,)
+
+
+def _transport_profiles(config: BenchConfig) -> list[tuple[str, Path]]:
+    """(transport, profile) for every row of the matrix: each profile per transport, and the
+    HTTP-only ones over HTTP (behind the stdio proxy their rules never fire)."""
+    rows = []
+    for transport in config.transports:
+        rows += [(transport, path) for path in config.profiles]
+        if transport == TRANSPORT_HTTP:
+            rows += [(transport, path) for path in config.http_only if path not in config.profiles]
+    return rows
 
 
 def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
@@ -224,7 +257,14 @@ async def run_bench(
     order = {id(p): i for i, p in enumerate(plans)}
     for session in sorted(
         finished,
-        key=lambda s: (s.plan.profile_name, s.plan.agent, s.plan.trial, s.plan.session, order[id(s.plan)]),
+        key=lambda s: (
+            s.plan.transport,
+            s.plan.profile_name,
+            s.plan.agent,
+            s.plan.trial,
+            s.plan.session,
+            order[id(s.plan)],
+        ),
     ):
         result.records.extend(session.records)
         result.latencies.extend(session.latencies)
@@ -233,7 +273,8 @@ async def run_bench(
         if session.error:
             result.errors.append(session.error)
             plan = session.plan
-            result.broken.append(BrokenSession(plan.profile_name, plan.agent, plan.session, session.error))
+            row = row_name(plan.profile_name, plan.transport)
+            result.broken.append(BrokenSession(row, plan.agent, plan.session, session.error))
     return result
 
 
@@ -273,9 +314,9 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
                 raise UsageError(str(exc)) from None
         meta_path = directory / "bench.json"
         metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
-    seen: set[tuple[str, str, int, int, int]] = set()
+    seen: set[tuple[str, str, str, int, int, int]] = set()
     for record in records:
-        key = (record.profile, record.agent, record.trial, record.session, record.task_index)
+        key = (record.transport, record.profile, record.agent, record.trial, record.session, record.task_index)
         if key in seen:
             raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
         seen.add(key)

@@ -96,6 +96,8 @@ def _session_unknown(message: str) -> bool:
 
 
 class StdioClient:
+    network_transport = span_names.NETWORK_TRANSPORT_PIPE  # on every attempt span
+
     def __init__(
         self,
         command: Sequence[str],
@@ -114,7 +116,7 @@ class StdioClient:
         self.tools_changed = False
         self.current_task: int | None = None
         self.span_parent: Context | None = None  # where attempt spans go (the task's span); None: a new trace
-        self._spans = _AttemptSpans(tracer) if tracer is not None else None
+        self._spans = _AttemptSpans(tracer, self.network_transport) if tracer is not None else None
         self.late_replies = 0
         # Ids given up on (deadline passed): their answers may still come, and must not be taken for
         # a stray reply to whatever is waiting now. Bounded like everything a session keeps.
@@ -366,13 +368,14 @@ class StdioClient:
 class _AttemptSpans:
     """The CLIENT span of each attempt; built only for a traced client, so an untraced one imports no OpenTelemetry."""
 
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: Tracer, network_transport: str = span_names.NETWORK_TRANSPORT_PIPE) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         from mcpfault.telemetry import names
         from mcpfault.telemetry.tracing import inject_context, span_name
 
         self._tracer = tracer
+        self._network_transport = network_transport
         self._kind = SpanKind.CLIENT
         self._status, self._error = Status, StatusCode.ERROR
         self._in_context = set_span_in_context
@@ -384,7 +387,7 @@ class _AttemptSpans:
         attributes: dict[str, Any] = {
             names.MCP_METHOD_NAME: attempt.method,
             names.JSONRPC_REQUEST_ID: str(attempt.request_id),
-            names.NETWORK_TRANSPORT: names.NETWORK_TRANSPORT_PIPE,
+            names.NETWORK_TRANSPORT: self._network_transport,
             ours.ATTEMPT: attempt.number,
             ours.BACKOFF_S: attempt.backoff_s,
         }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcpfault.analysis.records import OUTCOMES, TaskRecord
+from mcpfault.analysis.records import OUTCOMES, TaskRecord, row_name
 from mcpfault.analysis.server import OWN_EXIT, ServerAccount
 from mcpfault.analysis.summary import (
     AGENT_ORDER,
@@ -32,6 +32,7 @@ from mcpfault.analysis.summary import (
     summarize,
     wilson,
 )
+from mcpfault.faults.base import HTTP
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.harness.charts import (
     AGENT_COLOURS,
@@ -163,6 +164,7 @@ def render_markdown(
         _cost_section(summary),
         _recovery_section(summary),
         _process_section(summary.agents, records, servers),
+        _http_faults_section(summary),
         _failures_section(summary),
         _overhead_section(meta),
         _charts_section(),
@@ -272,13 +274,19 @@ def _success_section(summary: Summary, meta: ReportMeta | None = None) -> list[s
     return lines
 
 
+HTTP_ROW_SUFFIX = row_name("", "http")  # what ends the name of a row run over HTTP
+
+
 def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others)."""
+    """The profiles that ran: the stress matrix apart from the rest (the gentle matrix, any others), and
+    the rows over Streamable HTTP apart from those over stdio (bench --transport both)."""
+    http = [p for p in profiles if p.endswith(HTTP_ROW_SUFFIX)]
     stress = [p for p in profiles if p in STRESS_PROFILES]
-    rest = [p for p in profiles if p not in STRESS_PROFILES]
+    rest = [p for p in profiles if p not in STRESS_PROFILES and p not in http]
     groups = [
         ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
         ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+        ("Over Streamable HTTP: the same seeds through the HTTP proxy in front of the mock", http),
     ]
     return [(title, members) for title, members in groups if members]
 
@@ -635,6 +643,35 @@ def _p50_max(seconds: Sequence[float]) -> str:
     if not seconds:
         return "-"
     return f"{milliseconds(percentile(seconds, 50))} / {milliseconds(max(seconds))} ({len(seconds)})"
+
+
+def _http_faults_section(summary: Summary) -> list[str]:
+    """What each agent does with the faults only Streamable HTTP has (none ran: no section)."""
+    http_types = {name for name in summary.fault_types if _http_only(name)}
+    rows = [
+        [md(f.fault_type), md(f.agent), str(f.tasks), str(f.recovered), str(f.failed_detected), str(f.failed_silent)]
+        for f in summary.by_fault
+        if f.fault_type in http_types
+    ]
+    if not rows:
+        return []
+    return [
+        "## HTTP faults, by agent",
+        "",
+        "Tasks that each fault only HTTP has affected, by how they ended (a task counts under every type that "
+        "affected it). `naive` gives up on each. `retry-only` retries them all with its own short backoff, "
+        "writes included, and never starts a new session (after a 404 every retry on the lost session fails "
+        "too). `resilient` waits what Retry-After says, starts a new session after a 404 (2025-11-25), "
+        "re-issues a request whose stream was cut under a new id, and re-sends a non-idempotent write only "
+        "under its idempotency key.",
+        "",
+        *md_table(["fault type", "agent", "tasks", "recovered", "failed_detected", "failed_silent"], rows, 2),
+    ]
+
+
+def _http_only(fault_type: str) -> bool:
+    known = CATALOG.get(fault_type)
+    return known is not None and known.transports == frozenset({HTTP})
 
 
 def _failures_section(summary: Summary) -> list[str]:

@@ -49,10 +49,12 @@ from mcpfault.harness.agents.policies import make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
+from mcpfault.harness.http_client import HttpClient, listen_command
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
+from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO
 from mcpfault.telemetry.tracing import SpanView, configure_tracing
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 SERVER_JOURNAL = "server-journal.jsonl"  # the mock's state changes, in the session directory it works in
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+STATE_FILE = "server-state.json"  # the mock's final state, which the judge reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,9 @@ class SessionPlan:
     trial: int = 0  # which of bench --trials K runs of its cell; written into every record
     deadline_s: float = 0.5
     era: Era = "legacy"
+    # How the agent reaches the proxy: "stdio" (its stdin/stdout) or "http" (the Streamable HTTP
+    # bridge in front of the mock, `proxy --listen 127.0.0.1:0 -- SERVER`), in the plan's era.
+    transport: str = "stdio"
     proxy_summary: bool = False  # the proxy's fault table, in proxy.log
     server_command: tuple[str, ...] | None = None  # None: the bundled mock server with world_seed
     traces: bool = True  # spans from all three processes into out_dir; the judge joins them
@@ -110,7 +116,7 @@ def proxy_command(plan: SessionPlan) -> list[str]:
         tracing = ["--otlp-endpoint", plan.otlp_endpoint]
     # `python -m mcpfault.mock` is `mcpfault mock-server` without the command-line tool's imports.
     server = [python, "-m", "mcpfault.mock", "--seed", str(plan.world_seed)]
-    server += ["--state", str(plan.out_dir / "server-state.json")]
+    server += ["--state", str(plan.out_dir / STATE_FILE)]
     # Its writes survive a restart (crash_restart), and each is a file write the probe can see.
     server += ["--journal", str(plan.out_dir / SERVER_JOURNAL)]
     if plan.traces:
@@ -243,6 +249,7 @@ async def run_session(
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     for name in (*traces.SPAN_FILES, SERVER_JOURNAL):
         (plan.out_dir / name).unlink(missing_ok=True)  # appended to (and replayed): a rerun starts afresh
+    (plan.out_dir / STATE_FILE).unlink(missing_ok=True)  # an idle server writes its state only where none is
     result = SessionResult(plan)
     trace = SessionTrace(plan) if plan.traces else None
     try:
@@ -267,15 +274,29 @@ async def _run_tasks(
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
     usage: dict[int, Any] | None = None
-    with (plan.out_dir / "proxy.log").open("wb") as proxy_log:
-        client = StdioClient(
-            proxy_command(plan),
-            deadline_s=plan.deadline_s,
-            era=plan.era,
-            stderr=proxy_log,
-            tracer=trace.tracer if trace is not None else None,
-            launcher=launcher,
-        )
+    log_path = plan.out_dir / "proxy.log"
+    with log_path.open("wb") as proxy_log:
+        tracer = trace.tracer if trace is not None else None
+        client: StdioClient
+        if plan.transport == TRANSPORT_HTTP:
+            client = HttpClient(
+                listen_command(proxy_command(plan)),
+                log_path=log_path,
+                deadline_s=plan.deadline_s,
+                era=plan.era,
+                stderr=proxy_log,
+                tracer=tracer,
+                launcher=launcher,
+            )
+        else:
+            client = StdioClient(
+                proxy_command(plan),
+                deadline_s=plan.deadline_s,
+                era=plan.era,
+                stderr=proxy_log,
+                tracer=tracer,
+                launcher=launcher,
+            )
         client.span_parent = trace.context if trace is not None else None
         try:
             async with contextlib.AsyncExitStack() as stack, client:
@@ -317,6 +338,8 @@ async def _run_tasks(
             result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
         if plan.trial:
             result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
+        if plan.transport != TRANSPORT_STDIO:
+            result.records = [dataclasses.replace(r, transport=plan.transport) for r in result.records]
         if judged.mismatches and result.error is None:
             result.error = (
                 f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the proxy's "
@@ -416,7 +439,7 @@ def judge_session(
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
     events = read_events(plan.out_dir / "events.jsonl")
-    state_path = plan.out_dir / "server-state.json"
+    state_path = plan.out_dir / STATE_FILE
     try:
         state = json.loads(state_path.read_text())
     except (OSError, ValueError) as exc:

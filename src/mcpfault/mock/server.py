@@ -73,27 +73,29 @@ class _Stopper:
             raise _Stop
 
 
-def run(session: Session, stdin: BinaryIO, stdout: BinaryIO, stopper: _Stopper) -> None:
-    """Answer requests from `stdin` until EOF, a stop signal, or a closed `stdout`."""
+def run(session: Session, stdin: BinaryIO, stdout: BinaryIO, stopper: _Stopper) -> int:
+    """Answer requests from `stdin` until EOF, a stop signal, or a closed `stdout`; the lines read."""
+    lines = 0
     try:
         while True:
             stopper.reading = True
             # A signal that came while the flag was down was only noted: look before blocking.
             if stopper.signum is not None:
-                return
+                return lines
             line = stdin.readline()
             stopper.reading = False
             if not line:
-                return
+                return lines
+            lines += 1
             response = session.handle_line(line)
             if response is not None:
                 try:
                     _write_all(stdout, response)
                 except (BrokenPipeError, ConnectionResetError):
                     _discard_stdout()
-                    return
+                    return lines
     except _Stop:
-        return
+        return lines
     finally:
         stopper.reading = False
 
@@ -117,10 +119,27 @@ def _discard_stdout() -> None:
         pass
 
 
-def write_state(world: World, state_path: pathlib.Path) -> None:
-    """Write `world.final_state()` atomically: readers see the old file or the whole new one."""
+def write_state(world: World, state_path: pathlib.Path, *, unless_present: bool = False) -> None:
+    """Write `world.final_state()` atomically: readers see the old file or the whole new one.
+
+    ``unless_present``: write only where no file is (created exclusively, not replaced). A server that
+    read nothing writes so: behind the HTTP bridge a server per era shares one state path, and the
+    idle one's untouched world must not replace the state of the one that served, whichever exits first.
+    """
     state_path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(world.final_state(), indent=2) + "\n").encode("utf-8")
+    if unless_present:
+        try:
+            fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        return
     # A name of our own next to the target (not tempfile: importing it costs more than this server's tools).
     tmp = state_path.with_name(f".{state_path.name}.{os.getpid()}.tmp")
     try:
@@ -164,6 +183,7 @@ def serve(
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _STOP_SIGNALS}
     world: World | None = None
+    lines = 0
     try:
         fresh = World.generate(seed)
         session = Session(fresh, recorder, Journal(journal_path, seed) if journal_path is not None else None)
@@ -173,7 +193,7 @@ def serve(
             print(f"{SERVER_NAME}: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(2) from exc
         world = fresh  # only a world whose journal replayed whole may overwrite the state file
-        run(session, sys.stdin.buffer, sys.stdout.buffer, stopper)
+        lines = run(session, sys.stdin.buffer, sys.stdout.buffer, stopper)
     finally:
         # From here on a signal must not interrupt the final write (it is atomic, but then it would be
         # missing) nor the span flush (the last requests' spans are still queued).
@@ -184,7 +204,7 @@ def serve(
                 print(f"{SERVER_NAME}: stopped by {signal.Signals(stopper.signum).name}", file=sys.stderr, flush=True)
             if state_path is not None and world is not None:
                 try:
-                    write_state(world, state_path)
+                    write_state(world, state_path, unless_present=lines == 0)
                 except OSError as exc:
                     print(f"{SERVER_NAME}: cannot write state to {state_path}: {exc}", file=sys.stderr, flush=True)
                     raise SystemExit(1) from exc

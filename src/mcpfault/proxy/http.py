@@ -48,13 +48,12 @@ from mcpfault.proxy.http_exchange import (
 )
 from mcpfault.proxy.http_process import HttpServerProcess
 from mcpfault.proxy.http_sessions import Sessions
-from mcpfault.proxy.http_stdio import StdioBridge
+from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
 
-SESSION_HEADER = "Mcp-Session-Id"
 TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
 # Hop-by-hop headers, what the proxy's client writes itself, and the proxy's own token are not forwarded.
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKEN_HEADER.lower()}
@@ -206,6 +205,10 @@ class HttpProxy:
                 "send less, or start the proxy with a larger --max-body-bytes",
             )
         session_id = request.headers.get(SESSION_HEADER)
+        if session_id and self._sessions.is_lost(session_id):
+            # A session the proxy answered 404 for (session_expired) stays lost, as on a server that
+            # lost it: the client must start a new one.
+            return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
         if session_id:
             core = self._sessions.session(session_id).core
         else:
@@ -224,6 +227,8 @@ class HttpProxy:
         try:
             if upstream is None:
                 response = await exchange.answer_locally(to_client)
+                if session_id and response.status == 404:
+                    self._sessions.lose(session_id)
             else:
                 response = await self._forward(exchange, upstream, to_client)
             core.answer_delivered(exchange.request_id)  # an answer a fault held back is out now

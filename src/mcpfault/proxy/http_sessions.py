@@ -65,6 +65,7 @@ class Sessions:
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
         self._retired_injected: Counter[str] = Counter()
         self.sessions_started = 0
+        self._lost: OrderedDict[str, None] = OrderedDict()  # sessions answered 404 by a fault, bounded
 
     def due(self, elapsed_s: float) -> list[Decision]:
         """Time-triggered rules due now (a process fault at ``start_after_s``): one clock for the whole
@@ -126,6 +127,16 @@ class Sessions:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             self._retire(session)
+
+    def lose(self, session_id: str) -> None:
+        """The proxy answered 404 for the session: from now on every request on it gets 404."""
+        self.forget(session_id)
+        self._lost[session_id] = None
+        if len(self._lost) > self._max_sessions:
+            self._lost.popitem(last=False)
+
+    def is_lost(self, session_id: str) -> bool:
+        return session_id in self._lost
 
     def learned(self, era: EraTracker) -> None:
         if era.protocol_version is not None:

@@ -9,7 +9,8 @@ upstream to the proxy (``BridgeAnswer`` has the parts of an upstream response th
 every fault, HTTP-level ones included, acts exactly as in front of a real HTTP server.
 
 Requests cross with a new id, so unlike the other transports their bytes change on the way. The
-bridge issues no sessions (the specification lets a server go without); GET and DELETE get 405.
+bridge issues a session id with each 2025-11-25 ``initialize`` answer (it does not end or check them:
+one server serves them all); GET and DELETE get 405.
 A client that goes away cancels its request with ``notifications/cancelled``, the stdio way.
 
 The server is a ``Supervisor``'s (the profile's ``[server]`` table), as behind the stdio proxy: after a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import secrets
 import shlex
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -41,6 +43,7 @@ from mcpfault.proxy.supervisor import Later, ServerObserver, StartHook, Supervis
 log = structlog.get_logger("mcpfault.proxy")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
+SESSION_HEADER = "Mcp-Session-Id"
 
 
 class BridgeAnswer:
@@ -198,6 +201,10 @@ class StdioBridge:
             self._modern = _carries_envelope(body)
         upstream_id = next(self._ids)
         answer = BridgeAnswer(self, upstream_id)
+        if body.get("method") == "initialize":
+            # A session per 2025-11-25 handshake, as a stdio-to-HTTP gateway issues them: the proxy
+            # then keeps an engine per session, and faults that need one (session_expired) can act.
+            answer.headers[SESSION_HEADER] = secrets.token_hex(16)
         self._waiting[upstream_id] = (body["id"], answer)
         token = _progress_token(body)
         if token is not None:

@@ -253,9 +253,19 @@ class UpstreamPool:
         self._closed = False
 
     async def request(
-        self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes = b""
+        self,
+        method: str,
+        target: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes = b"",
+        *,
+        resend_unanswered: bool = True,
     ) -> UpstreamResponse:
-        """Send one request; return once the answer's status and headers arrived."""
+        """Send one request; return once the answer's status and headers arrived.
+
+        ``resend_unanswered=False``: a kept-alive connection that closes before any answer raises
+        UpstreamBroke instead of sending the request again (a client that must see every reset).
+        """
         head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
         head.extend(f"{name}: {value}\r\n" for name, value in headers)
         if body or method not in ("GET", "HEAD", "DELETE"):
@@ -271,7 +281,7 @@ class UpstreamPool:
                 self.give_back(connection, reusable=False)
                 # A kept-alive connection the server closed just as we wrote: nothing was answered,
                 # nothing was read, so the request goes once more on a fresh connection.
-                if attempt == 1 and connection.reused and not connection.received_any:
+                if resend_unanswered and attempt == 1 and connection.reused and not connection.received_any:
                     continue
                 raise
             except BaseException:

@@ -7,6 +7,12 @@
   ``as_of``, schema reconciliation, idempotency keys on non-idempotent writes, retrying a write only
   when that is safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched
   off by name (``resilient-no-freshness``, ...) to show what it buys.
+
+Over Streamable HTTP the transport's own failures (an error status, a cut stream, a reset: each a
+``TransportFailure``) are transient to both retrying agents. Only ``resilient`` knows HTTP: it waits
+what ``Retry-After`` says instead of its backoff, starts a new session after a 404 for its session
+(2025-11-25), and re-issues a request whose stream was cut (every attempt has a new id); the write
+rule holds there too, so a non-idempotent write goes again only with its idempotency key.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from mcpfault.errors import (
     CallError,
     CallTimeout,
     ContractChanged,
+    HttpStatusError,
     MalformedResponse,
     ProtocolError,
+    SessionLost,
     StaleResult,
     ToolError,
+    TransportFailure,
     UsageError,
 )
 from mcpfault.harness.agents import schema
@@ -122,9 +131,11 @@ class RetryOnly(Agent):
     def retryable(exc: CallError) -> bool:
         if isinstance(exc, CallTimeout | MalformedResponse):
             return True
+        if isinstance(exc, TransportFailure):
+            return exc.transient
         return isinstance(exc, ProtocolError) and exc.code in TRANSIENT_CODES
 
-    async def backoff(self, attempt: int) -> float:
+    async def backoff(self, attempt: int, exc: CallError | None = None) -> float:
         """Sleep before the next try; returns the seconds slept."""
         # Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2^attempt)].
         delay_s = self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt))
@@ -196,6 +207,8 @@ class Resilient(RetryOnly):
     name = "resilient"
     # 0.2^8: eight lost answers in a row for one call is a 1-in-390,000 streak at the timeout profile's rate.
     max_attempts = 8
+    max_retry_after_s = 30.0  # a longer Retry-After ends the call: waiting that long is giving up
+    max_handshakes = 4  # tries of a new session's initialize
 
     def __init__(self, client: StdioClient, rng: random.Random, disabled: frozenset[str] = frozenset()) -> None:
         super().__init__(client, rng)
@@ -231,6 +244,7 @@ class Resilient(RetryOnly):
         for attempt in range(attempts):
             if "breaker" in self.enabled:
                 self.breaker.check()
+            failure: CallError | None = None
             try:
                 result = await self._attempt(tool, self._renamed_args(tool, args), attempt + 1, slept)
             except ProtocolError as exc:
@@ -241,17 +255,46 @@ class Resilient(RetryOnly):
                 self.breaker.record(False)
                 if not self._may_retry(exc, safe, attempt, attempts):
                     raise
+                failure = exc
             except CallError as exc:
                 self.breaker.record(False)
+                if isinstance(exc, SessionLost):
+                    await self._new_session()
                 if not self._may_retry(exc, safe, attempt, attempts):
                     raise
+                failure = exc
             else:
                 self.breaker.record(True)
                 return result
             if "budget" in self.enabled:
                 self.budget.spend()
-            slept = await self.backoff(attempt)
+            slept = await self.backoff(attempt, failure)
         raise AssertionError("unreachable")
+
+    async def backoff(self, attempt: int, exc: CallError | None = None) -> float:
+        """The server's Retry-After when it gave one (429, 503), else the jittered backoff."""
+        if not isinstance(exc, HttpStatusError) or exc.retry_after_s is None:
+            return await super().backoff(attempt, exc)
+        wait_s = exc.retry_after_s
+        if wait_s > self.max_retry_after_s:
+            raise exc from None  # sooner than the server allows would be refused; later is too late
+        await anyio.sleep(wait_s)
+        return wait_s
+
+    async def _new_session(self) -> None:
+        """After a 404 for the session: ``initialize`` again, as a 2025-11-25 client MUST (a handshake
+        that meets a transient failure is tried again, a few times)."""
+        reconnect = getattr(self.client, "reconnect", None)
+        if reconnect is None:
+            return
+        for attempt in range(self.max_handshakes):
+            try:
+                await reconnect()
+                return
+            except TransportFailure as exc:
+                if attempt == self.max_handshakes - 1:
+                    raise
+                await self.backoff(attempt, exc)
 
     def _wants_key(self, info: ToolInfo | None, args: Mapping[str, Any]) -> bool:
         if "idempotency" not in self.enabled or info is None or info.idempotent or info.read_only:
