@@ -39,7 +39,12 @@ WRITES_ON_OPEN_INCIDENT = {
         {
             "trigger": "begin",
             "tool": "open_incident",
-            "event": {"type": "file_open", "pid": 1, "path": "/work/journal.jsonl", "flags": "O_WRONLY|O_APPEND"},
+            "event": {
+                "type": "file_open",
+                "pid": 1,
+                "path": "/work/s000/server-journal.jsonl",
+                "flags": "O_WRONLY|O_APPEND",
+            },
         }
     ]
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -139,3 +140,31 @@ def test_a_profiles_probe_table_is_the_policy_and_the_profile_still_loads(tmp_pa
     assert loaded is not None and loaded.exec_allow == ("/bin/sh",)
     path.write_text('name = "p"\n')
     assert policy.from_profile(path) is None
+
+
+def test_the_probes_duplicates_are_counted_as_the_judge_counts_them() -> None:
+    from mcpfault.analysis.join import probe_duplicates_by_task
+
+    journal = {"type": "file_open", "detail": "/run/s000/server-journal.jsonl (O_WRONLY|O_CREAT|O_APPEND)"}
+    spans = {"type": "file_open", "detail": "/run/s000/server-spans.jsonl (O_WRONLY|O_CREAT|O_APPEND)"}
+    attempts = [{"request_id": n, "task": n // 10} for n in range(40)]
+
+    def record(request_id: int, tool: str, effects: list[dict[str, str]], **extra: str) -> dict[str, Any]:
+        return {"record": "side_effects", "request_id": request_id, "tool": tool, "side_effects": effects, **extra}
+
+    events = [
+        {"request_id": 1, "client_received": "nothing"},  # a request record: not the probe's
+        record(1, "open_incident", [journal], server_acted="true"),
+        record(2, "open_incident", [journal], duplicate_of="1:1"),  # task 0: a duplicate state change
+        record(11, "get_site", [spans], server_acted="true"),
+        record(12, "get_site", [spans], duplicate_of="3:11"),  # task 1: a read acts only by flushing spans
+        record(21, "open_incident", [journal], server_acted="true"),
+        record(22, "open_incident", [spans], duplicate_of="5:21"),  # task 2: the key was known, no state change
+        record(31, "open_incident", [], server_acted="unknown"),  # task 3: the probe cannot tell
+        record(99, "open_incident", [journal], duplicate_of="9:1"),  # no attempt of the harness: no task
+    ]
+    found, unknown = probe_duplicates_by_task(
+        attempts, events, state_changes="server-journal.jsonl", write_tools={"open_incident", "set_maintenance"}
+    )
+    assert found == {0: 1}
+    assert unknown == {3}

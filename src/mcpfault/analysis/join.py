@@ -7,7 +7,7 @@ cross-check, and the fallback for a session run without traces.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,18 +73,36 @@ def touches_by_task(
     return touches
 
 
-def duplicates_by_task(attempts: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]) -> dict[int, int]:
-    """Task index -> the calls the side-effect probe marked as duplicates (``proxy --probe``'s records):
-    a lost call's repeat that made the server act again."""
+def probe_duplicates_by_task(
+    attempts: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+    *,
+    state_changes: str,
+    write_tools: Collection[str],
+) -> tuple[dict[int, int], set[int]]:
+    """Task index -> the duplicates the side-effect probe saw (``proxy --probe``'s records), counted as the
+    judge counts them: a repeat of a lost write call that changed the server's state again. Also the
+    tasks the probe cannot count: one of their lost calls it could not judge (``server_acted: unknown``).
+
+    A server does more than change state (the mock flushes its spans, writes its state file when it
+    stops), so a duplicate counts only for a write tool whose side effects include ``state_changes``, the
+    file the server records its state changes in (the mock's journal).
+    """
     task_of = {a["request_id"]: a.get("task") for a in attempts}
     found: dict[int, int] = {}
+    unknown: set[int] = set()
     for event in events:
-        if event.get("record") != "side_effects" or event.get("duplicate_of") is None:
+        if event.get("record") != "side_effects":
             continue
         task = task_of.get(event.get("request_id"))
-        if task is not None:
+        if task is None:
+            continue
+        if event.get("server_acted") == "unknown":
+            unknown.add(task)
+        changed = any(state_changes in str(e.get("detail", "")) for e in event.get("side_effects") or ())
+        if event.get("duplicate_of") is not None and event.get("tool") in write_tools and changed:
             found[task] = found.get(task, 0) + 1
-    return found
+    return found, unknown
 
 
 def latency_pairs(

@@ -40,7 +40,7 @@ from opentelemetry.trace import (
 from mcpfault import __version__
 from mcpfault.analysis import traces
 from mcpfault.analysis.effects import TaskReads
-from mcpfault.analysis.join import duplicates_by_task, faults_by_request, latency_pairs, touches_by_task
+from mcpfault.analysis.join import faults_by_request, latency_pairs, probe_duplicates_by_task, touches_by_task
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
@@ -456,7 +456,11 @@ def judge_session(
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
-    probed = duplicates_by_task(attempts, events) if plan.probe is not None else None
+    probed, unjudged = (
+        probe_duplicates_by_task(attempts, events, state_changes=SERVER_JOURNAL, write_tools=_mock_write_tools())
+        if plan.probe is not None and plan.server_command is None  # the bundled mock, which journals
+        else (None, set())
+    )
     for run in runs:
         task = tasks.get(run.index)
         expected = expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag))
@@ -480,13 +484,19 @@ def judge_session(
             mismatches.append(
                 f"task {run.index}: {record.duplicates} duplicate(s) in the server's spans, {from_state} in its state"
             )
-        if probed is not None and probed.get(run.index, 0) != record.duplicates:
+        if probed is not None and run.index not in unjudged and probed.get(run.index, 0) != record.duplicates:
             mismatches.append(
                 f"task {run.index}: {record.duplicates} duplicate(s) judged, "
                 f"{probed.get(run.index, 0)} duplicate side effect(s) seen by the probe"
             )
         records.append(record)
     return Judged(records, mismatches)
+
+
+def _mock_write_tools() -> frozenset[str]:
+    from mcpfault.mock.tools import TOOLS
+
+    return frozenset(name for name, tool in TOOLS.items() if not tool.annotations.get("readOnlyHint", False))
 
 
 def drift_renames(profile_path: Path) -> dict[str, frozenset[str]]:

@@ -63,6 +63,9 @@ FINDING_CATEGORIES = (
     "runtime.fs_link",
     "runtime.ptrace",
 )
+# Endings before the server answered: it may not have read the request yet (one held while it restarts)
+# and act after the window closed, so a window without side effects does not show that it did nothing.
+UNANSWERED = frozenset({"cancelled"})
 MAX_SPAN_EVENTS = 32  # per kind and span; the count attributes carry the full number
 MAX_DETAIL = 200
 ANNOTATE_WAIT_S = 8.0  # the span writer waits this long at most for a call's side effects
@@ -306,7 +309,7 @@ class ProbeObserver:
         if lost:
             if acted_exactly:
                 report.acted = "true"
-            elif report.confirmed and not report.side_effects:
+            elif report.confirmed and not report.side_effects and outcome.received not in UNANSWERED:
                 report.acted = "false"
             else:
                 report.acted = "unknown"
