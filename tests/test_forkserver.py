@@ -83,6 +83,27 @@ def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
     assert "no server command" in log.read_text()
 
 
+def test_a_forked_proxy_imports_nothing_more_before_it_runs(tmp_path, monkeypatch):
+    # Each import after the fork is paid once per session: the parser and what its subcommands
+    # import (the control client, the client configs) are built in the fork server, once.
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the fork server's, and so its children's
+    log = tmp_path / "proxy.log"
+
+    async def main() -> int:
+        async with ForkServer.open() as server:
+            assert server is not None
+            with log.open("wb") as stderr:
+                process = await server.spawn([PYTHON, "-m", "mcpfault", "proxy", "--config", "missing.toml"], stderr)
+                code = await process.wait()
+                await process.aclose()
+                return code
+
+    assert bounded(main) == 2
+    text = log.read_text()
+    assert "no server command" in text
+    assert [line for line in text.splitlines() if line.startswith("import time:")] == []
+
+
 def test_closing_the_server_ends_a_proxy_still_running(tmp_path):
     async def main() -> int:
         async with ForkServer.open() as server:
