@@ -15,8 +15,9 @@ splits the harness from the proxies and mock servers it started.
 duplicates, failure) with a reference written by `--write-reference`; a difference exits 1. On a
 loaded machine a call can miss its 0.5 s deadline for want of CPU, which changes that task and, by
 one extra request, the faults drawn for the rest of its session: compare on a quiet machine, or with
-fewer `--jobs`. The committed reference (`benchmarks/reference/`) was made from the code before the
-start-up changes, `--jobs 4`; a change to the judge or the policies needs a new one.
+fewer `--jobs`. The committed reference (`benchmarks/reference/`) is the default matrix with the
+current judge (`--jobs 4`, `--write-reference`), identical from the code before and after the mock
+server's start-up changes; a change to the judge or the policies needs a new one.
 Not a test: it prints figures and passes or fails only on `--expect`.
 """
 

@@ -67,8 +67,8 @@ def test_a_forked_proxy_relays_and_exits_like_an_execd_one(tmp_path):
     assert not Path(f"/proc/{pid}").exists()  # reaped
 
 
-def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
-    log = tmp_path / "proxy.log"
+def fork_a_proxy_without_a_server(log: Path) -> int:
+    """A forked `mcpfault proxy --config missing.toml` (no server command), its stderr into ``log``: its exit code."""
 
     async def main() -> int:
         async with ForkServer.open() as server:
@@ -79,8 +79,24 @@ def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
                 await process.aclose()
                 return code
 
-    assert bounded(main) == 2  # a usage error, as `python -m mcpfault proxy` exits
+    return bounded(main)
+
+
+def test_a_forked_proxys_exit_code_and_stderr_are_the_commands(tmp_path):
+    log = tmp_path / "proxy.log"
+    assert fork_a_proxy_without_a_server(log) == 2  # a usage error, as `python -m mcpfault proxy` exits
     assert "no server command" in log.read_text()
+
+
+def test_a_forked_proxy_imports_nothing_more_before_it_runs(tmp_path, monkeypatch):
+    # Each import after the fork is paid once per session: the parser and what its subcommands
+    # import (the control client, the client configs) are built in the fork server, once.
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the fork server's, and so its children's
+    log = tmp_path / "proxy.log"
+    assert fork_a_proxy_without_a_server(log) == 2
+    text = log.read_text()
+    assert "no server command" in text
+    assert [line for line in text.splitlines() if line.startswith("import time:")] == []
 
 
 def test_closing_the_server_ends_a_proxy_still_running(tmp_path):

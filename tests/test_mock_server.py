@@ -735,6 +735,7 @@ def test_traced_start_loads_no_opentelemetry_nor_the_logging_set_up(tmp_path: pa
     # opentelemetry.sdk.version is a string (the resource's telemetry.sdk.version), not the SDK.
     loaded = sorted(m for m in modules if m.split(".")[0] in {"opentelemetry", "structlog", "rich"})
     assert loaded == ["opentelemetry", "opentelemetry.sdk", "opentelemetry.sdk.version"]
+    assert {"logging", "shutil"}.isdisjoint(modules)  # both only for a message or a --help nobody asked for
     assert [s.name for s in read_spans(spans)] == ["initialize", "tools/call list_sites"]
 
 

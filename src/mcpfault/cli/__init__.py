@@ -19,8 +19,10 @@ from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run ``mcpfault ARGV``. ``parser``: one ``parser()`` built before (the bench's fork server builds it
+    once for every proxy it forks), else a new one."""
+    parser = parser if parser is not None else _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)

@@ -19,7 +19,6 @@ an unsampled ``traceparent`` upstream, so the server does not start recording it
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import random
 import threading
@@ -34,7 +33,7 @@ import orjson
 # records its spans with this alone (the mock server) starts ~75 ms of CPU sooner.
 from mcpfault.telemetry import names, otel_env
 from mcpfault.telemetry.current_span import CURRENT_SPAN
-from mcpfault.telemetry.otlp_lines import SpanLinesFile, encode_value, service_resource, span_flags
+from mcpfault.telemetry.otlp_lines import LazyLogger, SpanLinesFile, encode_value, service_resource, span_flags
 from mcpfault.telemetry.traceparent import parse_traceparent, valid_tracestate
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
     from mcpfault.telemetry.export import OtlpSender
 
-_log = logging.getLogger(__name__)
+_log = LazyLogger(__name__)
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 

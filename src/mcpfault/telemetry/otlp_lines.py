@@ -12,7 +12,6 @@ SDK's side (``otlp_json``, ``span_files``, ``tracing``) is built on the same pie
 from __future__ import annotations
 
 import base64
-import logging
 import math
 import os
 import sys
@@ -22,7 +21,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
-_log = logging.getLogger(__name__)
+
+class LazyLogger:
+    """``logging.getLogger(name)``, importing ``logging`` at the first message: the standard library's
+    logging costs ~10 ms of CPU to import, which a span writer that never complains (the mock
+    server's) should not pay at every start."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        import logging
+
+        return getattr(logging.getLogger(self._name), attribute)
+
+
+_log = LazyLogger(__name__)
 
 # --- attribute values and flags -------------------------------------------------------------------
 
