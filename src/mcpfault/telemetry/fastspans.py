@@ -64,6 +64,7 @@ class SpanHandle:
 
     __slots__ = (
         "attributes",
+        "client_span_id",
         "flags",
         "kind",
         "name",
@@ -95,6 +96,8 @@ class SpanHandle:
         self.kind = kind
         self.attributes = attributes
         self.start_ns = start_ns
+        # The proxy's leg upstream, as a CLIENT span child of this one, once its context went upstream.
+        self.client_span_id: str | None = None
 
     @property
     def recording(self) -> bool:
