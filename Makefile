@@ -35,6 +35,7 @@ bench: $(STAMP)
 	rm -f /tmp/mcpfault-bench-spans.jsonl
 	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md \
 		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
+		--config "mcpfault-traced-client-spans=$(TRACED) --client-spans -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-10-rules=$(BIN)/python -m mcpfault proxy --config benchmarks/profiles/never_fire.toml --no-summary -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-probe-fake=$(PROBED) --probe fake:benchmarks/probe_events.json -- $(BIN)/python benchmarks/echo_server.py" \

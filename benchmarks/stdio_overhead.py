@@ -449,6 +449,14 @@ def ratios(summaries: list[Summary[Config]]) -> list[str]:
                 f" ({verdict} target: no more than mcp-drill)"
             )
         lines.append(_rate_at_least("mcpfault-traced", rate("mcpfault-traced"), "relay", rate("relay"), 0.6))
+        if "mcpfault-traced-client-spans" in by_name and added("mcpfault-traced") > 0:
+            # The leg upstream as a CLIENT span (proxy --client-spans): what it costs over spans alone.
+            with_leg, spans_only = added("mcpfault-traced-client-spans"), added("mcpfault-traced")
+            lines.append(
+                f"mcpfault-traced-client-spans added p50 / mcpfault-traced added p50 = {with_leg:.1f} / "
+                f"{spans_only:.1f} us = {with_leg / spans_only:.2f}; msgs/s "
+                f"{rate('mcpfault-traced-client-spans'):,.0f} / {rate('mcpfault-traced'):,.0f}"
+            )
     return lines
 
 

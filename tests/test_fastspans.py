@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -240,3 +241,56 @@ def test_a_full_queue_drops_counts_and_warns_once(tmp_path: Path, caplog):
     recorder._thread = None
     recorder.shutdown()  # no writer ran: shutdown drains the queue itself
     assert len(read_spans(spans_file)) == 10
+
+
+# --- templates ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_line", "answer"),
+    [
+        # a new trace; an answer
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{}}}',
+            b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}',
+        ),
+        # the client's sampled parent; a string id that needs escaping; a tool error
+        (
+            b'{"jsonrpc":"2.0","id":"a\\"b","method":"tools/call","params":{"name":"echo","_meta":{"traceparent":"'
+            + TRACEPARENT.encode()
+            + b'"}}}',
+            b'{"jsonrpc":"2.0","id":"a\\"b","result":{"content":[],"isError":true}}',
+        ),
+        # an error on a method with no target
+        (
+            b'{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"uri":"x://y"}}',
+            b'{"jsonrpc":"2.0","id":8,"error":{"code":-32603,"message":"boom"}}',
+        ),
+    ],
+)
+def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, request_line: bytes, answer: bytes):
+    from mcpfault.faults import profile
+    from mcpfault.faults.engine import Engine
+    from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.observe import TelemetryObserver
+    from mcpfault.telemetry.fastspans import json_span
+
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
+    queued: list[tuple[Any, ...]] = []
+    recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]  # keep each span's item to build it twice
+    fast = TelemetryObserver(recorder, None)
+    slow = TelemetryObserver(recorder, None, annotate=lambda outcome: ({}, []))  # an annotation: the slow path
+    slow._clock = fast._clock  # one clock: each observer takes its own offset to Unix time
+    core = ProxyCore(Engine(profile.loads("")), observers=[fast])
+    for _ in range(2):  # the second span of a kind comes from the template the first made
+        core.from_client(request_line + b"\n")
+        core.from_server(answer + b"\n")
+    assert len(queued) == 2
+    for handle, _build, outcome in queued:
+        templated = fast._ending(handle, outcome)
+        assert isinstance(templated, bytes)
+        ending = slow._ending(handle, outcome)
+        assert not isinstance(ending, bytes)
+        attributes, events, error, end_ns, name = ending
+        handle.name = name
+        assert templated == orjson.dumps(json_span(handle, attributes, events, error, end_ns))

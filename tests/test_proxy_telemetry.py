@@ -56,6 +56,31 @@ def test_one_span_per_request_parented_by_the_client_and_propagated_upstream(pro
     assert len(received) == 2
 
 
+def test_client_spans_put_the_leg_upstream_between_the_proxy_span_and_the_server(proxy_factory, tmp_path):
+    spans_file = tmp_path / "spans.jsonl"
+    profile = write_profile(tmp_path, '[[faults]]\nname = "boom"\ntype = "error"\ntools = ["counter"]\n')
+    proxy = proxy_factory(profile, extra=("--spans", str(spans_file), "--client-spans"))
+    proxy.send(INIT + traced_call(1, "echo", text="hi") + traced_call(2, "counter"))
+    for _ in range(3):
+        proxy.read_json()
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    spans = read_spans(spans_file)
+    server = {s.attributes["jsonrpc.request.id"]: s for s in spans if s.kind.name == "SERVER"}
+    client = {s.attributes["jsonrpc.request.id"]: s for s in spans if s.kind.name == "CLIENT"}
+    assert set(server) == {"0", "1", "2"}
+    assert set(client) == {"0", "1"}  # the faulted request never went upstream: no leg
+    echo, leg = server["1"], client["1"]
+    assert (echo.trace_id, echo.parent_span_id) == (CLIENT_TRACE, CLIENT_SPAN)
+    assert (leg.trace_id, leg.parent_span_id) == (CLIENT_TRACE, echo.span_id)
+    assert leg.name == "tools/call echo" and leg.attributes["gen_ai.tool.name"] == "echo"
+    assert leg.attributes["network.transport"] == "pipe" and leg.status_code.name == "UNSET"
+    assert echo.start_unix_nano <= leg.start_unix_nano <= leg.end_unix_nano <= echo.end_unix_nano
+    # Upstream, the request names the CLIENT span as its parent.
+    received = [json.loads(line) for line in proxy.received().splitlines()]
+    assert received[1]["params"]["_meta"]["traceparent"] == f"00-{CLIENT_TRACE}-{leg.span_id}-01"
+
+
 def test_no_propagate_keeps_requests_byte_for_byte(proxy_factory, tmp_path):
     spans_file = tmp_path / "spans.jsonl"
     proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--spans", str(spans_file), "--no-propagate"))

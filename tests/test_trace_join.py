@@ -341,3 +341,16 @@ def test_task_trace_from_hand_made_spans() -> None:
     assert traces.compare_touches({7: touch}, by_request) == []
     disagree = traces.compare_touches({7: touch}, {7: Touch(["error"], ["error:protocol"], 1.0, 6), 8: touch})
     assert len(disagree) == 4 and "only the proxy's events" in disagree[-1]
+
+
+def test_a_server_span_under_the_proxys_client_span_joins_its_attempt() -> None:
+    # proxy --client-spans: attempt (harness CLIENT) -> proxy SERVER -> proxy CLIENT -> server SERVER
+    task = span("t0", None, SpanKind.INTERNAL, 1_000, end=9_000, **{span_names.TASK_INDEX: 1})
+    attempt = span("c1", "t0", SpanKind.CLIENT, 2_000, **{names.MCP_METHOD_NAME: "tools/call"})
+    proxy = span("p1", "c1", SpanKind.SERVER, 2_001)
+    leg = span("l1", "p1", SpanKind.CLIENT, 2_002)
+    server = span("v1", "l1", SpanKind.SERVER, 2_003)
+    trace = traces.task_traces(SessionSpans([task, attempt], [proxy, leg], [server]))[1]
+    (found,) = trace.attempts
+    assert [s.span_id for s in found.proxy] == ["p1"]  # the leg is not a second proxy span of the attempt
+    assert [s.span_id for s in found.server] == ["v1"]

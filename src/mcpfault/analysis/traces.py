@@ -268,7 +268,11 @@ def task_traces(spans: SessionSpans) -> dict[int, TaskTrace]:
         for attempt in _by_start(client_children.get((task.trace_id, task.span_id), ())):
             key = (attempt.trace_id, attempt.span_id)
             proxies = _by_start(proxy_children.get(key, ()))
-            servers = [s for p in proxies for s in server_children.get((p.trace_id, p.span_id), ())]
+            # The server's span is the proxy's child, or its CLIENT span's (``proxy --client-spans``).
+            legs = [
+                c for p in proxies for c in proxy_children.get((p.trace_id, p.span_id), ()) if c.kind is SpanKind.CLIENT
+            ]
+            servers = [s for p in (*proxies, *legs) for s in server_children.get((p.trace_id, p.span_id), ())]
             servers += server_children.get(key, ())  # the proxy passed the client's context on untouched
             attempts.append(AttemptTrace(attempt, proxies, _by_start(servers)))
         trace = TaskTrace(task, tuple(attempts))

@@ -66,6 +66,12 @@ def add_parser(commands: Any) -> None:
         "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
     proxy.add_argument(
+        "--client-spans",
+        action="store_true",
+        help="record the proxy's leg to the server as a CLIENT span under its SERVER span, and give the server "
+        "that span as parent (client -> proxy SERVER -> proxy CLIENT -> server, as Envoy's traces read)",
+    )
+    proxy.add_argument(
         "--no-propagate",
         action="store_true",
         help="do not put the proxy's trace context into requests (they cross byte for byte)",
@@ -268,6 +274,7 @@ def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[An
             otlp_endpoint=args.otlp_endpoint,
             metrics_addr=args.metrics_addr,
             annotate=probe.annotate if probe is not None else None,
+            client_spans=args.client_spans,
             **options,
         )
     except BaseException:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from opentelemetry.trace import SpanKind
 
 from mcpfault.faults.base import Call
@@ -23,13 +24,15 @@ from mcpfault.proxy.core import Finished
 from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
+    Built,
     EncodedAttributes,
-    Ending,
     Event,
     SharedAttributes,
     SpanHandle,
     SpanRecorder,
+    SpanTemplate,
     encode_attributes,
+    json_span,
 )
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
@@ -41,6 +44,7 @@ from mcpfault.telemetry.tracing import span_name
 _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
 
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]
+_CLIENT = KIND_TO_OTLP[SpanKind.CLIENT]
 _MAX_ENDINGS = 4096
 
 # More for a request's span from another observer (the side-effect probe): attributes and events.
@@ -78,8 +82,12 @@ class TelemetryObserver(ServerObserver):
         propagate: bool = True,
         session_id: str | None = None,
         annotate: Annotate | None = None,
+        client_spans: bool = False,
     ) -> None:
         self._recorder = recorder
+        # The leg to the upstream as a CLIENT span (client -> proxy SERVER -> proxy CLIENT -> server, as
+        # Envoy's traces read), whose id the upstream request carries as its parent.
+        self._client_spans = client_spans
         self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
@@ -101,6 +109,10 @@ class TelemetryObserver(ServerObserver):
         # The endings' attributes, encoded, by what they depend on: most requests end alike, and only
         # the request id differs. Used on the span writer's thread only; bounded.
         self._endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
+        # The whole JSON of spans that end alike, by their ending and what of the start shows in it.
+        self._templates: dict[tuple[Any, ...], SpanTemplate] = {}
+        self._client_endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
+        self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
     def started(
         self, call: Call, decision: Decision, started: float, *, from_server: bool = False
@@ -128,7 +140,12 @@ class TelemetryObserver(ServerObserver):
         # Only traceparent changes: the client's tracestate and baggage pass through as they were.
         if not isinstance(token, SpanHandle) or not self._propagates:
             return False
-        meta["traceparent"] = token.traceparent()
+        if self._client_spans and token.recording:
+            assert self._recorder is not None
+            client_span_id = token.client_span_id = self._recorder.new_span_id()
+            meta["traceparent"] = f"00-{token.trace_id}-{client_span_id}-{token.flags}"
+        else:
+            meta["traceparent"] = token.traceparent()
         return True
 
     def finished(self, token: Any, outcome: Finished) -> None:
@@ -136,7 +153,22 @@ class TelemetryObserver(ServerObserver):
         if self._metrics is not None:
             self._count(outcome, span)
         if span is not None:
-            self._recorder.end_later(span, self._ending, outcome)  # type: ignore[union-attr]
+            recorder = self._recorder
+            assert recorder is not None
+            recorder.end_later(span, self._ending, outcome)
+            if span.client_span_id is not None:  # its context went upstream: the leg is a CLIENT span
+                leg = SpanHandle(
+                    span.trace_id,
+                    span.client_span_id,
+                    span.span_id,
+                    span.flags,
+                    span.tracestate,
+                    "",
+                    _CLIENT,
+                    self._upstream,
+                    self._clock.unix_ns(outcome.started),
+                )
+                recorder.end_later(leg, self._client_ending, outcome)
 
     def upstream_exited(self, exit_code: int) -> None:
         if self._metrics is not None:
@@ -170,8 +202,8 @@ class TelemetryObserver(ServerObserver):
         for applied in outcome.decision.applied:
             self._metrics.fault_injected(applied.type_name, applied.mode, trace_id)
 
-    def _ending(self, outcome: Finished) -> Ending:
-        """The span's attributes, events and status; runs on the span writer's thread."""
+    def _ending(self, handle: SpanHandle, outcome: Finished) -> Built:
+        """The span's attributes, events and status, or its JSON; runs on the span writer's thread."""
         call = outcome.call
         target = call.target if call.method == "tools/call" else None
         first = outcome.decision.applied[0] if outcome.decision.applied else None
@@ -190,6 +222,10 @@ class TelemetryObserver(ServerObserver):
             if len(self._endings) >= _MAX_ENDINGS:
                 self._endings.clear()
             cached = self._endings[key] = self._shared_ending(outcome, target)
+        extra = self._annotate(outcome) if self._annotate is not None else None
+        decision = outcome.decision
+        if extra is None and not decision.applied and not decision.changes and handle.tracestate is None:
+            return self._templated(handle, outcome, key, cached)
         shared, error, name = cached
         request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
         attributes = EncodedAttributes([*shared, request_id])
@@ -212,14 +248,98 @@ class TelemetryObserver(ServerObserver):
             if change.rule is not None:
                 note[names.FAULT_RULE] = change.rule
             events.append((names.EVENT_CONTROL, self._clock.unix_ns(outcome.started), note))
-        if self._annotate is not None:
-            extra = self._annotate(outcome)
-            if extra is not None:
-                if extra[0]:
-                    attributes = EncodedAttributes([*attributes, *encode_attributes(extra[0])])
-                events.extend(extra[1])
+        if extra is not None:
+            if extra[0]:
+                attributes = EncodedAttributes([*attributes, *encode_attributes(extra[0])])
+            events.extend(extra[1])
         # The client gets the answer after any injected delay: that is when the request ends for it.
         return attributes, events, error, self._clock.unix_ns(outcome.finished + outcome.delay_s), name
+
+    def _client_ending(self, handle: SpanHandle, outcome: Finished) -> Built:
+        """The CLIENT span of the leg upstream: from sending the request to the answer (or the end)."""
+        call = outcome.call
+        target = call.target if call.method == "tools/call" else None
+        key = (call.method, target, outcome.received, outcome.error_code, outcome.protocol_version)
+        cached = self._client_endings.get(key)
+        if cached is None:
+            if len(self._client_endings) >= _MAX_ENDINGS:
+                self._client_endings.clear()
+            attributes: dict[str, Any] = {names.MCP_METHOD_NAME: call.method}
+            if target is not None:
+                attributes[names.GEN_AI_TOOL_NAME] = target
+                attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+            if outcome.protocol_version:
+                attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
+            if outcome.error_code is not None:
+                attributes[names.RPC_RESPONSE_STATUS_CODE] = str(outcome.error_code)
+            error: tuple[str] | None = None
+            error_type = _client_error_type(outcome)
+            if error_type is not None:
+                attributes[names.ERROR_TYPE] = error_type
+                error = (outcome.received,)
+            cached = self._client_endings[key] = (
+                encode_attributes(attributes),
+                error,
+                span_name(call.method, target),
+            )
+        shared, error, name = cached
+        request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
+        return EncodedAttributes([*shared, request_id]), [], error, self._clock.unix_ns(outcome.finished), name
+
+    def _templated(
+        self,
+        handle: SpanHandle,
+        outcome: Finished,
+        key: tuple[Any, ...],
+        cached: tuple[EncodedAttributes, tuple[str] | None, str],
+    ) -> bytes:
+        """The span's JSON from a template: what the slow path gives a request without faults, control
+        changes, annotations or tracestate (most requests), for the cost of a join."""
+        from_server = handle.attributes is self._from_server  # the start attributes: one of two
+        template_key = (key, handle.parent_span_id is None, handle.flags, handle.kind, from_server)
+        template = self._templates.get(template_key)
+        if template is None:
+            if len(self._templates) >= _MAX_ENDINGS:
+                self._templates.clear()
+            template = self._templates[template_key] = self._template(handle, outcome.upstream_contacted, cached)
+        unix_ns = self._clock.unix_ns
+        request_id = outcome.call.request_id
+        return template.fill(
+            (
+                f'"{handle.trace_id}"',
+                f'"{handle.span_id}"',
+                f'"{handle.parent_span_id}"',
+                f'"{handle.start_ns}"',
+                f'"{unix_ns(outcome.finished + outcome.delay_s)}"',
+                f'"{request_id}"' if request_id.__class__ is int else orjson.dumps(str(request_id)).decode(),
+                f'"{unix_ns(outcome.started)}"',
+                f'"{unix_ns(outcome.finished)}"',
+            )
+        )
+
+    @staticmethod
+    def _template(
+        handle: SpanHandle, upstream_contacted: bool, cached: tuple[EncodedAttributes, tuple[str] | None, str]
+    ) -> SpanTemplate:
+        """The slow path's JSON, its varying values as slots (the order ``_templated`` fills them in)."""
+        shared, error, name = cached
+        slot = SpanTemplate.slot
+        example = SpanHandle(
+            slot(0),
+            slot(1),
+            slot(2) if handle.parent_span_id is not None else None,
+            handle.flags,
+            None,
+            name,
+            handle.kind,
+            handle.attributes,
+            slot(3),  # type: ignore[arg-type]  # a slot where the start's nanoseconds go
+        )
+        request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": slot(5)}}
+        events: list[Any] = []
+        if upstream_contacted:
+            events = [(names.EVENT_UPSTREAM_SENT, slot(6), {}), (names.EVENT_UPSTREAM_RECEIVED, slot(7), {})]
+        return SpanTemplate(json_span(example, EncodedAttributes([*shared, request_id]), events, error, slot(4)))  # type: ignore[arg-type]
 
     def _shared_ending(self, outcome: Finished, target: str | None) -> tuple[EncodedAttributes, tuple[str] | None, str]:
         """What every request ending like ``outcome`` has in common: attributes but the request id,
@@ -266,6 +386,13 @@ def _error_type(outcome: Finished) -> str | None:
     if outcome.received in _HTTP_FAILURES or (http is not None and outcome.received == http.received):
         return outcome.received
     return None
+
+
+def _client_error_type(outcome: Finished) -> str | None:
+    """The CLIENT span's ``error.type``: on the sending side every JSON-RPC error is one."""
+    if outcome.received == "error":
+        return str(outcome.error_code) if outcome.error_code is not None else names.OTHER
+    return _error_type(outcome)
 
 
 def fault_label_sets(types: Iterable[Any]) -> tuple[list[str], list[str]]:

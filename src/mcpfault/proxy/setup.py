@@ -26,7 +26,7 @@ class ProxyTelemetry:
     recorder: Any = None
     server: Any = None
     metrics: Any = None  # the telemetry.metrics.ProxyMetrics behind /metrics, or None
-    _observer_args: tuple[Any, str, dict[str, Any], bool, Any] = (None, "", {}, True, None)
+    _observer_args: tuple[Any, str, dict[str, Any], bool, Any, bool] = (None, "", {}, True, None, False)
 
     @classmethod
     def start(
@@ -38,6 +38,7 @@ class ProxyTelemetry:
         transport: str = "stdio",
         attributes: Mapping[str, Any] | None = None,
         annotate: Any = None,  # a proxy.observe.Annotate: more for each span (the side-effect probe's)
+        client_spans: bool = False,  # the leg upstream as a CLIENT span
     ) -> ProxyTelemetry:
         from mcpfault.telemetry import otel_env
 
@@ -103,8 +104,9 @@ class ProxyTelemetry:
             attributes=attributes,
             propagate=propagate,
             annotate=annotate,
+            client_spans=client_spans,
         )
-        result._observer_args = (proxy_metrics, network, dict(attributes or {}), propagate, annotate)
+        result._observer_args = (proxy_metrics, network, dict(attributes or {}), propagate, annotate, client_spans)
         return result
 
     def observers_for(self, session_id: str | None) -> list[Any]:
@@ -115,7 +117,7 @@ class ProxyTelemetry:
             return [self.observer]
         from mcpfault.proxy.observe import TelemetryObserver
 
-        proxy_metrics, network, attributes, propagate, annotate = self._observer_args
+        proxy_metrics, network, attributes, propagate, annotate, client_spans = self._observer_args
         observer = TelemetryObserver(
             self.recorder,
             proxy_metrics,
@@ -124,6 +126,7 @@ class ProxyTelemetry:
             propagate=propagate,
             session_id=session_id,
             annotate=annotate,
+            client_spans=client_spans,
         )
         return [observer]
 

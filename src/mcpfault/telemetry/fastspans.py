@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -54,6 +55,8 @@ YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 # attributes, events, error, end Unix ns, and the span's name when only the ending knows it (or None)
 Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | None", int, "str | None"]
+# What ``end_later``'s build returns: an Ending, or the span's OTLP JSON already encoded (``SpanTemplate``).
+Built = Ending | bytes
 
 
 class SpanHandle:
@@ -61,6 +64,7 @@ class SpanHandle:
 
     __slots__ = (
         "attributes",
+        "client_span_id",
         "flags",
         "kind",
         "name",
@@ -92,6 +96,8 @@ class SpanHandle:
         self.kind = kind
         self.attributes = attributes
         self.start_ns = start_ns
+        # The proxy's leg upstream, as a CLIENT span child of this one, once its context went upstream.
+        self.client_span_id: str | None = None
 
     @property
     def recording(self) -> bool:
@@ -150,6 +156,7 @@ class SpanRecorder:
         if scope_version:
             scope["version"] = scope_version
         self._scope = scope
+        self._envelope: tuple[bytes, bytes] | None = None  # the request's JSON before and after its spans
         self._file = SpanLinesFile(spans_file) if spans_file is not None else None
         self._sender: OtlpSender | None = None
         if export is not None:
@@ -254,10 +261,11 @@ class SpanRecorder:
         elif len(queue) >= BATCH_SPANS and not self._wake.is_set():  # set() takes a lock: once is enough
             self._wake.set()
 
-    def end_later(self, handle: SpanHandle, build: Callable[[Any], Ending], argument: Any) -> None:
-        """``end``, with the ending built on the writer thread: ``build(argument)`` returns
-        (attributes, events, error, end Unix ns, name or None to keep the name given to ``start``).
-        Keeps attribute building, and the name, off the caller's hot path."""
+    def end_later(self, handle: SpanHandle, build: Callable[[SpanHandle, Any], Built], argument: Any) -> None:
+        """``end``, with the ending built on the writer thread: ``build(handle, argument)`` returns
+        (attributes, events, error, end Unix ns, name or None to keep the name given to ``start``),
+        or the whole span already encoded (``SpanTemplate.fill``). Keeps attribute building, the
+        name and the encoding off the caller's hot path."""
         if handle.recording:
             self._enqueue((handle, build, argument))
 
@@ -292,8 +300,7 @@ class SpanRecorder:
         if not batch:
             return
         try:
-            request = self.otlp_json_request(batch)
-            line = orjson.dumps(request) + b"\n"
+            line = self.otlp_json_line(batch)
         except Exception:  # a bad attribute must not kill the writer
             _log.exception("could not encode %d spans as OTLP JSON", len(batch))
             return
@@ -303,45 +310,55 @@ class SpanRecorder:
             except OSError:
                 _log.exception("could not write spans to %s", self._file.path)
         if self._sender is not None:
-            self._post(self._sender, request, len(batch))
+            self._post(self._sender, line, len(batch))
 
-    def _post(self, sender: OtlpSender, request: dict[str, Any], count: int) -> None:
+    def _post(self, sender: OtlpSender, line: bytes, count: int) -> None:
         from mcpfault.telemetry.export import ExportError, ExportTally, otlp_json_to_protobuf
 
         try:
-            if self._json:
-                body = orjson.dumps(request)
-            else:  # the conversion rewrites ids in place: give it its own copy of the request
-                body = otlp_json_to_protobuf(orjson.loads(orjson.dumps(request))).SerializeToString()
+            # http/json: the same request as the line, without its newline
+            body = line[:-1] if self._json else otlp_json_to_protobuf(orjson.loads(line)).SerializeToString()
             sender.send(body, count, ExportTally(endpoint=sender.shown))
         except ExportError as exc:  # already free of credentials
             _log.warning("%d spans not exported: %s", count, exc)
         except Exception:
             _log.exception("%d spans not exported to %s", count, sender.shown)
 
-    def otlp_json_request(self, batch: list[tuple[Any, ...]]) -> dict[str, Any]:
-        """One ``ExportTraceServiceRequest`` in OTLP JSON, as ``OtlpJsonLinesExporter`` writes it."""
-        spans = []
+    def otlp_json_line(self, batch: list[tuple[Any, ...]]) -> bytes:
+        """One ``ExportTraceServiceRequest`` in OTLP JSON, newline included, as ``OtlpJsonLinesExporter``
+        writes it. Each span is encoded on its own (most from a ``SpanTemplate``) and the request is put
+        together around them: the same bytes as encoding the request whole, since orjson writes compact JSON."""
+        if self._envelope is None:
+            entry = {**self._resource_entry, "scopeSpans": [{"scope": self._scope, "spans": [_SPANS_SLOT]}]}
+            request = {"resourceSpans": [entry]}
+            head, tail = orjson.dumps(request).split(orjson.dumps(_SPANS_SLOT))
+            self._envelope = (head, tail + b"\n")
+        dumps = orjson.dumps
+        spans: list[bytes] = []
         for index, item in enumerate(batch, 1):
             if len(item) == 3:  # from end_later
                 handle, build, argument = item
                 try:
-                    ending = build(argument)
+                    ending = build(handle, argument)
+                    if ending.__class__ is bytes:
+                        spans.append(ending)
+                    else:
+                        *rest, name = ending
+                        if name is not None:
+                            handle.name = name
+                        spans.append(dumps(_json_span(handle, *rest)))
                 except Exception:  # lose the span, not the batch
                     _log.exception("could not build the end of span %s", handle.span_id)
                     continue
-                *rest, name = ending
-                if name is not None:
-                    handle.name = name
-                spans.append(_json_span(handle, *rest))
             else:
-                spans.append(_json_span(*item))
+                spans.append(dumps(_json_span(*item)))
             if not index % YIELD_EVERY and len(self._queue) < BATCH_SPANS:
                 # Let the relay threads have the GIL: otherwise a request arriving now waits for the
                 # interpreter's switch interval (5 ms) while a whole batch is encoded. Not with a
                 # backlog: yielding then starved the writer and the queue grew by 76 MiB in 100k calls.
                 time.sleep(0)
-        return {"resourceSpans": [{**self._resource_entry, "scopeSpans": [{"scope": self._scope, "spans": spans}]}]}
+        head, tail = self._envelope
+        return head + b",".join(spans) + tail
 
     def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> None:
         """Flush every queued span and stop the writer; waits at most ``timeout_s``."""
@@ -361,6 +378,51 @@ class SpanRecorder:
             _log.warning("%d spans dropped: the span queue was full", self.dropped)
         if self._file is not None:
             self._file.shutdown()
+
+
+_SPANS_SLOT: Final = "@mcpfault:spans@"
+
+
+class SpanTemplate:
+    """The OTLP JSON of spans that differ only in ids, times and the request id, encoded once.
+
+    Made from one span's JSON object in which each varying value is a ``slot(n)`` string; ``fill``
+    puts each span's values (already JSON: quoted ids, quoted nanoseconds, an encoded string) where
+    the slots were. Encoding a span this way costs a join instead of building and dumping its objects.
+    """
+
+    __slots__ = ("_order", "_parts")
+
+    _SLOT: Final = re.compile(r'"@mcpfault:slot:(\d+)@"')
+
+    def __init__(self, span: dict[str, Any]) -> None:
+        pieces = self._SLOT.split(orjson.dumps(span).decode())
+        self._parts = pieces[0::2]
+        self._order = tuple(int(n) for n in pieces[1::2])
+
+    @staticmethod
+    def slot(number: int) -> str:
+        return f"@mcpfault:slot:{number}@"
+
+    def fill(self, values: tuple[str, ...]) -> bytes:
+        """The span's JSON, with ``values[n]`` (JSON text) where ``slot(n)`` was."""
+        parts = self._parts
+        out = [parts[0]]
+        for index, number in enumerate(self._order, 1):
+            out.append(values[number])
+            out.append(parts[index])
+        return "".join(out).encode()
+
+
+def json_span(
+    handle: SpanHandle,
+    end_attributes: Mapping[str, Any] | EncodedAttributes,
+    events: list[Event],
+    error: tuple[str] | None,
+    end_ns: int,
+) -> dict[str, Any]:
+    """A span as an OTLP JSON object (for ``SpanTemplate``: any id or time may be a slot string)."""
+    return _json_span(handle, end_attributes, events, error, end_ns)
 
 
 # Encoded string and bool attributes, shared between spans: most repeat (method, transport, tool),
