@@ -12,10 +12,11 @@ import argparse
 import itertools
 import json
 import os
+from typing import Annotated
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer("interop-sdk-server")
 _counter = itertools.count(1)
@@ -93,6 +94,12 @@ def fleet() -> str:
 def summarize(device: str, severity: str = "minor") -> str:
     """A prompt with one required and one optional argument."""
     return f"Summarize the {severity} incident on {device}."
+
+
+@server.tool()
+def forecast(city: str, region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})] = "global") -> str:
+    """A tool with an argument mirrored in an Mcp-Param-Region header (2026-07-28 over HTTP)."""
+    return f"sunny in {city} ({region})"
 
 
 @server.tool()

@@ -56,6 +56,7 @@ class Emit(NamedTuple):
     # For an answer held back (``delay_s`` > 0): the client's request id, which the transport hands to
     # ``ProxyCore.answer_delivered`` once the bytes are out, so the event says when the client got them.
     answers: Any = None
+    rewritten: bool = False  # a fault replaced the request's body (an HTTP transport re-mirrors its headers)
 
 
 class InFlight(NamedTuple):
@@ -236,7 +237,9 @@ class ProxyCore:
             if self._propagate:
                 upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
             upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
-        emits.append(Emit(To.SERVER, upstream, http=http, process=process))
+        emits.append(
+            Emit(To.SERVER, upstream, http=http, process=process, rewritten=decision.upstream_request is not None)
+        )
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
 
