@@ -290,6 +290,9 @@ READS = frozenset(
 )
 # Every client-to-server request a rule may name (what HTTP faults, below JSON-RPC, can act on).
 REQUESTS = TOOLS_CALL | READS | frozenset({"resources/subscribe", "resources/unsubscribe"})
+# The requests a server sends the client: a ``direction = "server_to_client"`` rule acts on the client's answer.
+SERVER_REQUESTS = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+DIRECTIONS = ("client_to_server", "server_to_client")
 
 
 class FaultBase:
