@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,11 @@ def wrap(value: object, seen: set[str]) -> object:
 
 
 def test_fields_read_lists_exactly_what_each_workflows_code_reads():
-    from mcpfault.harness.agents.tasks import WORKFLOWS, plan_tasks, run_task
+    from mcpfault.harness.agents.tasks import ALL_WORKFLOWS, plan_tasks, run_task
+    from mcpfault.mock import resources
 
     world = World.generate(0)
-    for workflow in WORKFLOWS:
+    for workflow in ALL_WORKFLOWS:
         seen: dict[str, set[str]] = {}
 
         class Tools:
@@ -153,6 +155,12 @@ def test_fields_read_lists_exactly_what_each_workflows_code_reads():
             async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
                 answer = getattr(world, tool)(**{k: v for k, v in arguments.items() if k != "idempotency_key"})
                 return wrap(answer, self.seen.setdefault(tool, set()))
+
+            async def read(self, uri: str) -> Any:  # a resource, not a tool result: not in FIELDS_READ
+                return json.loads(resources.read(world, uri)["contents"][0]["text"])
+
+            async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+                return str(resources.get_prompt(world, arguments)["messages"][0]["content"]["text"])
 
         for spec in plan_tasks(world, 8, 0, workflows=(workflow,)):
             anyio.run(run_task, Tools(seen), spec)

@@ -27,8 +27,9 @@ def problems(text: str) -> list[str]:
 
 def test_every_bundled_profile_is_valid() -> None:
     names = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml"))
-    # The profiles of the benchmark (gentle and stress), the HTTP profile it leaves out, and the generic ones.
-    assert names == sorted([*PROFILE_ORDER, "http", "drift_any", "stale_reads", "lost_writes"])
+    # The profiles of the benchmark (gentle and stress), the HTTP profile it leaves out, the generic ones,
+    # and the one for resources and prompts (config_audit's).
+    assert names == sorted([*PROFILE_ORDER, "http", "drift_any", "stale_reads", "lost_writes", "resources"])
     for path in (ROOT / "profiles").glob("*.toml"):
         assert profile.load(path).name == path.stem
 

@@ -12,10 +12,13 @@ import argparse
 import itertools
 import json
 import os
+from typing import Annotated
 
 import anyio
+import mcp.types as types
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer("interop-sdk-server")
 _counter = itertools.count(1)
@@ -93,6 +96,30 @@ def fleet() -> str:
 def summarize(device: str, severity: str = "minor") -> str:
     """A prompt with one required and one optional argument."""
     return f"Summarize the {severity} incident on {device}."
+
+
+@server.tool()
+def forecast(city: str, region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})] = "global") -> str:
+    """A tool with an argument mirrored in an Mcp-Param-Region header (2026-07-28 over HTTP)."""
+    return f"sunny in {city} ({region})"
+
+
+@server.tool()
+async def ask_model(question: str, ctx: Context) -> str:
+    """Ask the client's model (sampling/createMessage, 2025-11-25), waiting at most 2 s for its answer."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))
+    try:
+        with anyio.fail_after(2):
+            answer = await ctx.session.create_message([message], max_tokens=20)
+    except TimeoutError:
+        _did("ask_model no answer")
+        return "no answer from the client's model within 2 s"
+    except MCPError as exc:
+        _did("ask_model refused")
+        return f"the client refused: {exc.error.message}"
+    text = answer.content.text if isinstance(answer.content, types.TextContent) else "(not text)"
+    _did(f"ask_model answered {text}")
+    return f"the model said: {text}"
 
 
 @server.tool()

@@ -60,16 +60,27 @@ def check_answer(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Verdi
             return Verdict(False, duplicates, f"answered {answered!r}, the server has {mine[0].get('incident_id')!r}")
         return Verdict(True)
     if run.workflow == "maintenance_roundtrip":
-        applied = any(
-            w.get("op") == "set_maintenance" and mentions(str((w.get("arguments") or {}).get("reason", "")), run.tag)
-            for w in state.get("write_log", [])
-        )
+        applied = _maintenance_applied(state, run.tag)
         if run.answer != {"confirmed": applied}:
             return Verdict(False, 0, f"answered {run.answer!r}, the write {'was' if applied else 'was not'} applied")
+        return Verdict(True)
+    if run.workflow == "config_audit":
+        # The audit window is the write: the answer must say what the server did, and the rest what is true.
+        wanted = {"window_opened": _maintenance_applied(state, run.tag), **(expected or {})}
+        if run.answer != wanted:
+            return Verdict(False, 0, f"answered {run.answer!r}, expected {wanted!r}")
         return Verdict(True)
     if run.answer != expected:
         return Verdict(False, 0, f"answered {run.answer!r}, expected {expected!r}")
     return Verdict(True)
+
+
+def _maintenance_applied(state: Mapping[str, Any], tag: str) -> bool:
+    """Whether a set_maintenance whose reason carries ``tag`` reached the server."""
+    return any(
+        w.get("op") == "set_maintenance" and mentions(str((w.get("arguments") or {}).get("reason", "")), tag)
+        for w in state.get("write_log", [])
+    )
 
 
 def judge(

@@ -46,6 +46,10 @@ FAULT_OF_EVENT: Final = {fault_type.event_name: fault_type.type_name for fault_t
 _Key = tuple[str, str]  # (trace id, span id)
 
 
+# The requests task code sends (harness/agents/tasks.py): what its attempts, retries and faults count.
+TASK_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSpans:
     """A session's spans by the process that emitted them."""
@@ -147,8 +151,9 @@ class TaskTrace:
 
     @property
     def tool_calls(self) -> tuple[AttemptTrace, ...]:
-        """The tools/call attempts: what task code sent (tools/list refreshes are the agent's own)."""
-        return tuple(a for a in self.attempts if a.method == "tools/call")
+        """The attempts task code sent: tools/call, resources/read, prompts/get (tools/list refreshes are
+        the agent's own)."""
+        return tuple(a for a in self.attempts if a.method in TASK_METHODS)
 
     @property
     def retries(self) -> int:

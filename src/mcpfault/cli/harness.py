@@ -118,7 +118,11 @@ def add_parsers(commands: Any) -> None:
 
 
 def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
-    parser.add_argument("--workflows", help="comma-separated subset of the task suite (default: all four)")
+    parser.add_argument(
+        "--workflows",
+        help="comma-separated workflows of the task suite (default: the four tool workflows; config_audit also "
+        "reads resources and a prompt)",
+    )
     parser.add_argument(
         "--seed",
         type=int,

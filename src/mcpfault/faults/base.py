@@ -124,7 +124,8 @@ class HttpBehaviour:
     ``received`` is what the client gets in place of the answer (None: the answer itself, maybe late);
     when ``reaches_server`` is false, ``answer_instead`` makes the client's answer; ``first_byte_delay_s``
     holds everything, headers included; ``cut_after_events`` ends the response's event stream after that
-    many events, before the answer; ``loses_answer``: the server answers, and the connection drops first.
+    many events, before the answer; ``loses_answer``: the server answers, and the connection drops first;
+    ``request_headers`` changes what the request carries to an HTTP server.
     """
 
     received: ClassVar[str | None] = None
@@ -141,6 +142,10 @@ class HttpBehaviour:
 
     def answer_instead(self, ops: HttpExchangeOps) -> Any:
         raise NotImplementedError(f"{type(self).__name__} reaches the server; it has no answer of its own")
+
+    def request_headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The headers the request is forwarded with (to an HTTP server), given those it would carry."""
+        return headers
 
 
 class ServerProcessOps(Protocol):
@@ -285,6 +290,9 @@ READS = frozenset(
 )
 # Every client-to-server request a rule may name (what HTTP faults, below JSON-RPC, can act on).
 REQUESTS = TOOLS_CALL | READS | frozenset({"resources/subscribe", "resources/unsubscribe"})
+# The requests a server sends the client: a ``direction = "server_to_client"`` rule acts on the client's answer.
+SERVER_REQUESTS = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+DIRECTIONS = ("client_to_server", "server_to_client")
 
 
 class FaultBase:

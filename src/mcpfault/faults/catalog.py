@@ -9,6 +9,7 @@ from mcpfault.faults.cpu_starve import CpuStarve
 from mcpfault.faults.crash import Crash
 from mcpfault.faults.error import Error
 from mcpfault.faults.http_first_byte import FirstByteLatency
+from mcpfault.faults.http_header_mismatch import HeaderMismatch
 from mcpfault.faults.http_reset import Reset
 from mcpfault.faults.http_session_expired import SessionExpired
 from mcpfault.faults.http_status import HttpStatus
@@ -65,6 +66,7 @@ for _fault_type in (
     StreamCut,
     SessionExpired,
     FirstByteLatency,
+    HeaderMismatch,
     Crash,
     Stall,
     CpuStarve,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import READS, TOOLS_CALL, Call, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import READS, SERVER_REQUESTS, TOOLS_CALL, Call, FaultBase, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
 from mcpfault.telemetry import names
 
@@ -16,7 +16,7 @@ class Error(FaultBase):
     type_name: ClassVar[str] = "error"
     MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
     event_name: ClassVar[str] = names.EVENT_ERROR
-    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
 
     # protocol: a JSON-RPC error response; tool: a tools/call result with isError true.
     mode: Literal["protocol", "tool"] = "protocol"

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar
 
-from mcpfault.faults.base import READS, TOOLS_CALL, Call, Delivery, Effect, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import (
+    READS,
+    SERVER_REQUESTS,
+    TOOLS_CALL,
+    Call,
+    Delivery,
+    Effect,
+    FaultBase,
+    Injection,
+    PlanContext,
+)
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 
@@ -16,7 +26,7 @@ class Latency(FaultBase):
     type_name: ClassVar[str] = "latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
     event_name: ClassVar[str] = names.EVENT_DELAY
-    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
     effect: ClassVar[Effect] = "failure"
 
     # Seconds added to the response, plus a uniform draw from [0, jitter_s].

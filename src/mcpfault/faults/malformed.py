@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import (
     READS,
+    SERVER_REQUESTS,
     TOOLS_CALL,
     Call,
     Delivery,
@@ -34,7 +35,7 @@ class Malformed(FaultBase):
     type_name: ClassVar[str] = "malformed"
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
     event_name: ClassVar[str] = names.EVENT_CORRUPT
-    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
+    targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
 
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES

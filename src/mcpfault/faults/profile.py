@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
-from mcpfault.faults.base import NAMED_KINDS, REQUESTS, TOOLS_CALL, Fault
+from mcpfault.faults.base import DIRECTIONS, NAMED_KINDS, REQUESTS, SERVER_REQUESTS, TOOLS_CALL, Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = (
@@ -41,6 +41,7 @@ GENERIC_KEYS = (
     "methods",
     "resources",
     "prompts",
+    "direction",
 )
 TOP_LEVEL_KEYS = ("name", "seed", "description", "faults", "server", "probe")  # [probe]: probe/policy.py
 # The profiles that ship inside the package (package data), usable by name: ``--config error``.
@@ -67,6 +68,9 @@ class Rule:
     methods: frozenset[str] = TOOLS_CALL
     resources: tuple[str, ...] = ("*",)
     prompts: tuple[str, ...] = ("*",)
+    # client_to_server: the client's requests; server_to_client: the server's requests, acted on in the
+    # client's answer (methods are then sampling/createMessage, elicitation/create, roots/list).
+    direction: str = "client_to_server"
     probability: float = 1.0
     after: int = 0  # matching calls let through before the rule may fire
     limit: int | None = None  # at most this many injections; None: no limit
@@ -285,7 +289,19 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         raw.get("resources", ["*"]), report, "resources", _URI_GLOB_CHARS, "URIs use printable characters"
     )
     prompts = _tools(raw.get("prompts", ["*"]), report, "prompts")
-    methods = _methods(raw.get("methods", ["tools/call"]), report)
+    direction = raw.get("direction", "client_to_server")
+    if direction not in DIRECTIONS:
+        report("direction", f"got {direction!r}; expected one of: {', '.join(DIRECTIONS)}")
+        direction = "client_to_server"
+    towards_client = direction == "server_to_client"
+    if towards_client and "methods" not in raw:
+        report(
+            "methods",
+            f"a server_to_client rule names the server requests it acts on: {', '.join(sorted(SERVER_REQUESTS))}",
+        )
+    methods = _methods(
+        raw.get("methods", ["tools/call"]), report, SERVER_REQUESTS if towards_client else REQUESTS, direction
+    )
     probability = _probability(raw.get("probability", 1.0), report)
     read_only = raw.get("read_only")
     if read_only is not None and not isinstance(read_only, bool):
@@ -321,6 +337,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         fault=fault,
         tools=tools,
         methods=methods,
+        direction=str(direction),
         resources=resources,
         prompts=prompts,
         matches_resource=_matcher(resources),
@@ -387,18 +404,24 @@ def _tools(
     return tuple(good)
 
 
-def _methods(raw: Any, report: Callable[[str, str], None]) -> frozenset[str]:
+def _methods(raw: Any, report: Callable[[str, str], None], known: frozenset[str], direction: str) -> frozenset[str]:
     names = [raw] if isinstance(raw, str) else raw
     if not isinstance(names, list) or not names:
         report("methods", f'got {raw!r}; expected a non-empty list of request methods, e.g. ["resources/read"]')
         return frozenset()
     good: set[str] = set()
     for name in names:
-        if isinstance(name, str) and name in REQUESTS:
+        if isinstance(name, str) and name in known:
             good.add(name)
             continue
-        hint = settings.did_you_mean(name, sorted(REQUESTS)) if isinstance(name, str) else ""
-        report("methods", f"{name!r} is not a request a rule can act on{hint}; one of: {', '.join(sorted(REQUESTS))}")
+        hint = settings.did_you_mean(name, sorted(known)) if isinstance(name, str) else ""
+        other = " (a server_to_client method: set direction)" if name in SERVER_REQUESTS else ""
+        if name in REQUESTS and name not in known:
+            other = " (a client request: this rule is server_to_client)"
+        report(
+            "methods",
+            f"{name!r} is not a {direction} request a rule can act on{other}{hint}; one of: {', '.join(sorted(known))}",
+        )
     return frozenset(good) if len(good) == len(names) else frozenset()
 
 

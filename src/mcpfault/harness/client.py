@@ -12,6 +12,7 @@ the server's spans nest under it. Without one the client builds no span and adds
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import time
@@ -204,6 +205,35 @@ class StdioClient:
             raise ToolError(" ".join(texts) or "tool reported an error")
         return result.get("structuredContent", result)
 
+    async def read_resource(
+        self, uri: str, *, deadline_s: float | None = None, attempt: int = 1, backoff_s: float = 0.0
+    ) -> Any:
+        """A resource's JSON content (its first text content, parsed); raises a CallError subclass."""
+        result = await self.request(
+            "resources/read", {"uri": uri}, deadline_s=deadline_s, attempt=attempt, backoff_s=backoff_s
+        )
+        return resource_content(result)
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: Mapping[str, str],
+        *,
+        deadline_s: float | None = None,
+        attempt: int = 1,
+        backoff_s: float = 0.0,
+    ) -> str:
+        """The text of a prompt's messages, joined; raises a CallError subclass."""
+        params = {"name": name, "arguments": dict(arguments)}
+        result = await self.request("prompts/get", params, deadline_s=deadline_s, attempt=attempt, backoff_s=backoff_s)
+        messages = result.get("messages")
+        if not isinstance(messages, list):
+            raise MalformedResponse("wrong_type", "prompts/get result has no list of messages")
+        texts = [
+            m["content"].get("text") for m in messages if isinstance(m, dict) and isinstance(m.get("content"), dict)
+        ]
+        return "\n".join(t for t in texts if isinstance(t, str))
+
     async def request(
         self,
         method: str,
@@ -278,6 +308,11 @@ class StdioClient:
         else:
             self._finish(attempt, "ok", "")
             content = result.get("structuredContent")
+            if method == "resources/read":
+                try:
+                    content = resource_content(result)
+                except MalformedResponse:
+                    content = None
             as_of = content.get("as_of") if isinstance(content, dict) else None
             attempt.as_of = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) else None
         return result
@@ -363,6 +398,19 @@ class StdioClient:
             waiter = next(iter(self._waiting.values()))
             waiter.error = MalformedResponse(kind, detail)
             waiter.done.set()
+
+
+def resource_content(result: Mapping[str, Any]) -> Any:
+    """The first text content of a resources/read result, parsed as JSON; MalformedResponse if there is none."""
+    contents = result.get("contents")
+    first = contents[0] if isinstance(contents, list) and contents else None
+    text = first.get("text") if isinstance(first, dict) else None
+    if not isinstance(text, str):
+        raise MalformedResponse("wrong_type", "resources/read result has no text contents")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise MalformedResponse("not_json", f"resource contents are not JSON: {exc}") from None
 
 
 class _AttemptSpans:

@@ -319,7 +319,9 @@ async def _run_tasks(
         except (UpstreamError, CallError) as exc:
             result.error = f"session {plan.session} of {plan.profile_name}/{plan.agent} broke: {exc}"
         finally:
-            attempts = [{**a.as_record(), "started": a.started} for a in client.attempts if a.method == "tools/call"]
+            attempts = [
+                {**a.as_record(), "started": a.started} for a in client.attempts if a.method in traces.TASK_METHODS
+            ]
             _write_jsonl(plan.out_dir / "attempts.jsonl", attempts)
     result.wall_s = time.monotonic() - started
     spans = None
@@ -394,7 +396,7 @@ def _with_usage(record: TaskRecord, usage: Any) -> TaskRecord:
 
 async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
     agent.begin_task(spec)
-    sent_before = sum(1 for a in client.attempts if a.method == "tools/call")
+    sent_before = sum(1 for a in client.attempts if a.method in traces.TASK_METHODS)
     started = time.monotonic()
     answer: Any = None
     failure: str | None = None
@@ -406,7 +408,7 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
         failure, detail = exc.failure, str(exc)
     except TASK_CRASHES as exc:
         failure, detail = "task_crashed", f"{type(exc).__name__}: {exc}"
-    sent = sum(1 for a in client.attempts if a.method == "tools/call") - sent_before
+    sent = sum(1 for a in client.attempts if a.method in traces.TASK_METHODS) - sent_before
     return TaskRun(
         index=spec.index,
         workflow=spec.workflow,

@@ -56,6 +56,7 @@ class Emit(NamedTuple):
     # For an answer held back (``delay_s`` > 0): the client's request id, which the transport hands to
     # ``ProxyCore.answer_delivered`` once the bytes are out, so the event says when the client got them.
     answers: Any = None
+    rewritten: bool = False  # a fault replaced the request's body (an HTTP transport re-mirrors its headers)
 
 
 class InFlight(NamedTuple):
@@ -168,7 +169,7 @@ class ProxyCore:
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
                 self._initialized = line
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
-                self._server_request_answered(message.body)
+                return self._server_request_answered(message.body, line)
             return [Emit(To.SERVER, line)]
         body = message.body
         assert body is not None
@@ -236,7 +237,9 @@ class ProxyCore:
             if self._propagate:
                 upstream_body = self._with_context(upstream_body or body, tokens) or upstream_body
             upstream = line if upstream_body is None else jsonrpc.encode(dict(upstream_body))
-        emits.append(Emit(To.SERVER, upstream, http=http, process=process))
+        emits.append(
+            Emit(To.SERVER, upstream, http=http, process=process, rewritten=decision.upstream_request is not None)
+        )
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
 
@@ -294,11 +297,16 @@ class ProxyCore:
         return pending
 
     def _server_request(self, body: dict[str, Any] | None) -> None:
-        """A request from the server to the client (sampling, elicitation, roots): observed, never faulted."""
+        """A request from the server to the client (sampling, elicitation, roots): observed, and decided
+        by the engine, whose ``server_to_client`` rules act on the client's answer when it comes."""
         assert body is not None
         call = Call.from_body(body)
+        method = call.method
+        decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
+        for applied in decision.applied:
+            self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
         started = self._clock()
-        tokens = tuple(o.started(call, PASS, started, from_server=True) for o in self._observers)
+        tokens = tuple(o.started(call, decision, started, from_server=True) for o in self._observers)
         if len(self._server_requests) >= MAX_OBSERVED_SERVER_REQUESTS:
             # A server that never hears back must not grow our memory: the oldest is given up.
             oldest = self._server_requests.pop(next(iter(self._server_requests)))
@@ -307,14 +315,24 @@ class ProxyCore:
         reused = self._server_requests.pop(key, None)
         if reused is not None:  # the server reused an id still waiting: the answer goes to the newer one
             self._record(reused, Delivery(None), upstream_contacted=True, received="nothing", event=False)
-        self._server_requests[key] = InFlight(body, PASS, started, tokens, parsed=call)
+        self._server_requests[key] = InFlight(body, decision, started, tokens, parsed=call)
 
-    def _server_request_answered(self, body: dict[str, Any] | None) -> None:
+    def _server_request_answered(self, body: dict[str, Any] | None, line: bytes) -> list[Emit]:
+        """The client's answer to a server request: relayed, or what a fault makes of it (lost, late, an
+        error in its place, corrupted); the event says what the server received."""
         assert body is not None
         pending = self._server_requests.pop(jsonrpc.id_key(body["id"]), None)
-        if pending is not None:
-            arrived = self._clock()  # the client's answer is the response here
+        if pending is None:
+            return [Emit(To.SERVER, line)]
+        arrived = self._clock()  # the client's answer is the response here
+        decision = pending.decision
+        if not decision.applied:
             self._record(pending, Delivery(None), upstream_contacted=True, body=body, event=False, arrived=arrived)
+            return [Emit(To.SERVER, line)]
+        answer = jsonrpc.encode(dict(decision.reply)) if decision.reply is not None else line
+        delivery = decision.deliver(answer)
+        self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
+        return [] if delivery.data is None else [Emit(To.SERVER, delivery.data, delivery.delay_s)]
 
     def _cancelled(self, request_id: Any) -> None:
         """The client gave up on a request: the server need not answer it, so stop waiting for it."""
@@ -336,7 +354,7 @@ class ProxyCore:
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.CLIENT, line, message.why_opaque)
-            elif message.kind is MessageKind.REQUEST and self._observers:
+            elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.cares_about(message.method)):
                 self._server_request(message.body)
             return [Emit(To.CLIENT, line)]
         body = message.body

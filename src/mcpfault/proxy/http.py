@@ -30,6 +30,7 @@ from yarl import URL
 from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpBehaviour
 from mcpfault.loopback import require_token_beyond_loopback
+from mcpfault.protocol import headers as mirrored
 from mcpfault.protocol import jsonrpc
 from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
@@ -262,6 +263,12 @@ class HttpProxy:
                 if self._process is not None:
                     await self._process.ready()  # held while it restarts
                 headers = _forwarded(request.headers)
+                if upstream.rewritten:  # a fault rewrote the body: the headers that mirror it follow it
+                    message = jsonrpc.parse(upstream.data)
+                    if message.body is not None:
+                        headers = mirrored.consistent(headers, message.body)
+                if upstream.http is not None:
+                    headers = upstream.http.request_headers(headers)
                 answer = await self._pool.request("POST", self._upstream.raw_path_qs, headers, upstream.data)
         except (TimeoutError, OSError) as exc:
             return self._unreachable(exchange, exc)

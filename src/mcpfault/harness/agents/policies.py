@@ -3,10 +3,11 @@
 - ``naive``: one try per call, with the client's deadline.
 - ``retry-only``: retries retryable failures (timeouts, internal errors, corrupt answers) with
   exponential backoff and full jitter, writes included: what most retry wrappers do.
-- ``resilient``: retries, plus validation against the tool's outputSchema, a freshness check on
-  ``as_of``, schema reconciliation, idempotency keys on non-idempotent writes, retrying a write only
-  when that is safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched
-  off by name (``resilient-no-freshness``, ...) to show what it buys.
+- ``resilient``: retries, plus validation against the tool's outputSchema (and of a resource's JSON
+  contents), a freshness check on ``as_of`` (of tool answers and resources alike), schema
+  reconciliation, idempotency keys on non-idempotent writes, retrying a write only when that is
+  safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched off by
+  name (``resilient-no-freshness``, ...) to show what it buys.
 
 Over Streamable HTTP the transport's own failures (an error status, a cut stream, a reset: each a
 ``TransportFailure``) are transient to both retrying agents. Only ``resilient`` knows HTTP: it waits
@@ -18,7 +19,7 @@ rule holds there too, so a non-idempotent write goes again only with its idempot
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -108,6 +109,18 @@ class Agent:
         self.stats.calls += 1
         return await self.client.call_tool(tool, arguments)
 
+    async def read(self, uri: str) -> Any:
+        self.stats.calls += 1
+        return await self.client.read_resource(uri)
+
+    async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        self.stats.calls += 1
+        return await self.client.get_prompt(name, arguments)
+
+
+# One attempt of a logical call: (attempt number, seconds slept before it) -> the answer.
+Send = Callable[[int, float], Awaitable[Any]]
+
 
 class RetryOnly(Agent):
     name = "retry-only"
@@ -116,11 +129,23 @@ class RetryOnly(Agent):
     max_backoff_s = 0.2
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        return await self._retrying(lambda n, slept: self.client.call_tool(tool, arguments, attempt=n, backoff_s=slept))
+
+    async def read(self, uri: str) -> Any:
+        return await self._retrying(lambda n, slept: self.client.read_resource(uri, attempt=n, backoff_s=slept))
+
+    async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        answer: str = await self._retrying(
+            lambda n, slept: self.client.get_prompt(name, arguments, attempt=n, backoff_s=slept)
+        )
+        return answer
+
+    async def _retrying(self, send: Send) -> Any:
         self.stats.calls += 1
         slept = 0.0
         for attempt in range(self.max_attempts):
             try:
-                return await self.client.call_tool(tool, arguments, attempt=attempt + 1, backoff_s=slept)
+                return await send(attempt + 1, slept)
             except CallError as exc:
                 if not self.retryable(exc) or attempt == self.max_attempts - 1:
                     raise
@@ -296,6 +321,57 @@ class Resilient(RetryOnly):
                     raise
                 await self.backoff(attempt, exc)
 
+    async def read(self, uri: str) -> Any:
+        return await self._guarded(lambda n, slept: self._read_attempt(uri, n, slept))
+
+    async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        answer: str = await self._guarded(
+            lambda n, slept: self.client.get_prompt(name, arguments, attempt=n, backoff_s=slept)
+        )
+        return answer
+
+    async def _guarded(self, send: Send) -> Any:
+        """A read (a resource, a prompt) behind the breaker and the budget; safe to retry, as reads are."""
+        self.stats.calls += 1
+        self.budget.calls += 1
+        attempts = self.max_attempts if "retries" in self.enabled else 1
+        slept = 0.0
+        for attempt in range(attempts):
+            if "breaker" in self.enabled:
+                self.breaker.check()
+            failure: CallError | None = None
+            try:
+                result = await send(attempt + 1, slept)
+            except CallError as exc:
+                self.breaker.record(False)
+                if isinstance(exc, SessionLost):
+                    await self._new_session()
+                if not self._may_retry(exc, True, attempt, attempts):
+                    raise
+                failure = exc
+            else:
+                self.breaker.record(True)
+                return result
+            if "budget" in self.enabled:
+                self.budget.spend()
+            slept = await self.backoff(attempt, failure)
+        raise AssertionError("unreachable")
+
+    async def _read_attempt(self, uri: str, number: int, backoff_s: float) -> Any:
+        content = await self.client.read_resource(uri, attempt=number, backoff_s=backoff_s)
+        # A resource has no outputSchema; the mock's contract is an object stamped with as_of, as its tools'.
+        if "validation" in self.enabled and not (isinstance(content, dict) and isinstance(content.get("as_of"), int)):
+            raise MalformedResponse("schema", f"{uri}: the contents are not a JSON object with an integer as_of")
+        self._check_fresh(uri, content)
+        return content
+
+    def _check_fresh(self, what: str, result: Any) -> None:
+        """Raise StaleResult for an answer older than one already seen (the freshness mechanism)."""
+        if "freshness" in self.enabled and isinstance(result, dict) and isinstance(result.get("as_of"), int):
+            if result["as_of"] < self.max_as_of:
+                raise StaleResult(f"{what} answered as of revision {result['as_of']}, already saw {self.max_as_of}")
+            self.max_as_of = result["as_of"]
+
     def _wants_key(self, info: ToolInfo | None, args: Mapping[str, Any]) -> bool:
         if "idempotency" not in self.enabled or info is None or info.idempotent or info.read_only:
             return False
@@ -320,10 +396,7 @@ class Resilient(RetryOnly):
                 problem = schema.validate(result, info.output_schema)
             if problem is not None:
                 raise MalformedResponse("schema", f"{tool} result does not match its outputSchema: {problem}")
-        if "freshness" in self.enabled and isinstance(result, dict) and isinstance(result.get("as_of"), int):
-            if result["as_of"] < self.max_as_of:
-                raise StaleResult(f"{tool} answered as of revision {result['as_of']}, already saw {self.max_as_of}")
-            self.max_as_of = result["as_of"]
+        self._check_fresh(tool, result)
         return result
 
     def _renamed_args(self, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""Four workflows with ground truth, written the way most integration code is written.
+"""Five workflows with ground truth, written the way most integration code is written.
+
+The first four use tools only and are what a run does unless told otherwise (``WORKFLOWS``);
+``config_audit`` also reads resources and gets a prompt, and runs when named (``--workflows``).
 
 The task code trusts field names and types, as code written against a working server does. That
 is the point: whatever protects it from failures has to live at the call boundary (the agent's
@@ -13,9 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcpfault.errors import UsageError
+from mcpfault.mock.resources import PROMPT_NAME, compliant, config_uri, device_config
 from mcpfault.mock.world import World
 
 WORKFLOWS = ("site_triage", "interface_check", "maintenance_roundtrip", "open_incident")
+# Every workflow a run may name: the default four, and the one that reads resources and a prompt.
+ALL_WORKFLOWS = (*WORKFLOWS, "config_audit")
 HOT_UTILIZATION_PCT = 80.0
 HOT_ERRORS_PER_MIN = 50
 
@@ -24,6 +30,14 @@ class Tools(Protocol):
     """What task code calls: the agent's call boundary."""
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any: ...
+
+    async def read(self, uri: str) -> Any:
+        """A resource's JSON content."""
+        ...
+
+    async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        """A prompt's text."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +52,11 @@ class TaskSpec:
 
 
 def check_workflows(names: Sequence[str]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in WORKFLOWS]
+    unknown = [n for n in names if n not in ALL_WORKFLOWS]
     if unknown or not names:
         raise UsageError(
-            f"unknown workflow {', '.join(map(repr, unknown)) or '(none given)'}; choose from: {', '.join(WORKFLOWS)}"
+            f"unknown workflow {', '.join(map(repr, unknown)) or '(none given)'}; "
+            f"choose from: {', '.join(ALL_WORKFLOWS)}"
         )
     return tuple(names)
 
@@ -106,6 +121,22 @@ async def open_incident(tools: Tools, spec: TaskSpec) -> dict[str, str]:
     return {"incident_id": opened["incident_id"]}
 
 
+async def config_audit(tools: Tools, spec: TaskSpec) -> dict[str, bool]:
+    """Open an audit window on a device (maintenance), check its configuration against the baseline,
+    and brief the on-call engineer: resource reads around a write, then a prompt."""
+    uri = config_uri(spec.target)
+    await tools.read(uri)  # the configuration before: what an auditor records first
+    reason = f"config audit {spec.tag}"
+    await tools.call("set_maintenance", {"device_id": spec.target, "enabled": True, "reason": reason})
+    config = await tools.read(uri)
+    briefing = await tools.prompt(PROMPT_NAME, {"device_id": spec.target})
+    return {
+        "window_opened": config["admin_state"] == "maintenance" and config["maintenance_reason"] == reason,
+        "compliant": compliant(config),
+        "briefed": spec.target in briefing,
+    }
+
+
 # The result fields each workflow's code reads, per tool: a drift that renames any other field changes
 # nothing the task uses (analysis.effects). Kept beside the code it describes; a test checks it.
 FIELDS_READ: dict[str, dict[str, frozenset[str]]] = {
@@ -115,6 +146,7 @@ FIELDS_READ: dict[str, dict[str, frozenset[str]]] = {
     },
     "maintenance_roundtrip": {"get_device_status": frozenset({"maintenance", "enabled", "reason"})},
     "open_incident": {"open_incident": frozenset({"incident_id"})},
+    "config_audit": {},  # it reads no tool result; what it reads is the resource's content
 }
 
 
@@ -123,6 +155,7 @@ _WORKFLOW_CODE = {
     "interface_check": interface_check,
     "maintenance_roundtrip": maintenance_roundtrip,
     "open_incident": open_incident,
+    "config_audit": config_audit,
 }
 
 
@@ -142,4 +175,7 @@ def expected_answer(world: World, spec: TaskSpec) -> Any:
         )
     if spec.workflow == "maintenance_roundtrip":
         return {"confirmed": True}
+    if spec.workflow == "config_audit":
+        # window_opened is judged from the server's state (was the write applied?); the rest is fixed.
+        return {"compliant": compliant(device_config(world, spec.target)), "briefed": True}
     return None  # open_incident: the id the server gave, checked against its state
