@@ -228,9 +228,14 @@ def test_bench_both_reports_a_row_per_transport(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     records = list(read_records(out / "records.jsonl"))
-    assert Counter(r.transport for r in records) == {"stdio": 8, "http": 8}
+    # The http profile joins the matrix over HTTP only: behind the stdio proxy its rules never fire.
+    assert Counter(r.transport for r in records) == {"stdio": 8, "http": 16}
     summary = summarize(records)
-    assert summary.profiles == ("error", "error (http)")
+    assert summary.profiles == ("error", "error (http)", "http (http)")
+    # Seed 0 meets HTTP faults in these 4 tasks: the report says what each agent did with them.
+    http_section = (out / "report.md").read_text().split("## HTTP faults, by agent", 1)[1]
+    assert re.search(r"^\| http_status +\| naive +\| +1 \| +0 \| +1 \|", http_section, re.M)
+    assert re.search(r"^\| http_status +\| resilient +\| +1 \| +1 \| +0 \|", http_section, re.M)
     report = (out / "report.md").read_text()
     assert re.search(r"^\| error \(http\) +\|", report, re.M) and re.search(r"^\| error +\|", report, re.M)
     assert (out / "sessions" / "http" / "error" / "naive" / "s000" / "events.jsonl").exists()
