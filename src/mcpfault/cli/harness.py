@@ -312,7 +312,8 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
-    print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
+    over = " over Streamable HTTP" if args.transport == "http" else ""
+    print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
     if result.records:
         print_model_usage(result.records, console)
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
