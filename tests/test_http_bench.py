@@ -128,9 +128,14 @@ def test_resilient_starts_a_new_session_after_a_404_and_recovers(tmp_path: Path)
 
 def test_a_lost_session_stays_lost_for_naive(tmp_path: Path) -> None:
     profile = once('type = "session_expired"')
-    records = run_http(tmp_path, profile, "naive", triage_tasks(2)).records
+    result = run_http(tmp_path, profile, "naive", triage_tasks(2))
     # It never starts a new session: every later request on the old one gets 404 too.
-    assert [(r.outcome, r.failure) for r in records] == [("failed_detected", "session_lost")] * 2
+    assert [(r.outcome, r.failure) for r in result.records] == [("failed_detected", "session_lost")] * 2
+    # ... and the proxy records each of them: the fault's 404, then the lost session's.
+    events = [json.loads(line) for line in (result.plan.out_dir / "events.jsonl").read_text().splitlines()]
+    lost = [e for e in events if e.get("client_received") == "session_expired"]
+    assert [e["fault_type"] for e in lost] == ["session_expired", None]
+    assert all(e["upstream_contacted"] is False and e["era"] == "legacy" for e in lost)
 
 
 def test_resilient_reissues_a_cut_stream_with_a_new_id(tmp_path: Path) -> None:
