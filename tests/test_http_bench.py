@@ -128,9 +128,14 @@ def test_resilient_starts_a_new_session_after_a_404_and_recovers(tmp_path: Path)
 
 def test_a_lost_session_stays_lost_for_naive(tmp_path: Path) -> None:
     profile = once('type = "session_expired"')
-    records = run_http(tmp_path, profile, "naive", triage_tasks(2)).records
+    result = run_http(tmp_path, profile, "naive", triage_tasks(2))
     # It never starts a new session: every later request on the old one gets 404 too.
-    assert [(r.outcome, r.failure) for r in records] == [("failed_detected", "session_lost")] * 2
+    assert [(r.outcome, r.failure) for r in result.records] == [("failed_detected", "session_lost")] * 2
+    # ... and the proxy records each of them: the fault's 404, then the lost session's.
+    events = [json.loads(line) for line in (result.plan.out_dir / "events.jsonl").read_text().splitlines()]
+    lost = [e for e in events if e.get("client_received") == "session_expired"]
+    assert [e["fault_type"] for e in lost] == ["session_expired", None]
+    assert all(e["upstream_contacted"] is False and e["era"] == "legacy" for e in lost)
 
 
 def test_resilient_reissues_a_cut_stream_with_a_new_id(tmp_path: Path) -> None:
@@ -228,9 +233,14 @@ def test_bench_both_reports_a_row_per_transport(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     records = list(read_records(out / "records.jsonl"))
-    assert Counter(r.transport for r in records) == {"stdio": 8, "http": 8}
+    # The http profile joins the matrix over HTTP only: behind the stdio proxy its rules never fire.
+    assert Counter(r.transport for r in records) == {"stdio": 8, "http": 16}
     summary = summarize(records)
-    assert summary.profiles == ("error", "error (http)")
+    assert summary.profiles == ("error", "error (http)", "http (http)")
+    # Seed 0 meets HTTP faults in these 4 tasks: the report says what each agent did with them.
+    http_section = (out / "report.md").read_text().split("## HTTP faults, by agent", 1)[1]
+    assert re.search(r"^\| http_status +\| naive +\| +1 \| +0 \| +1 \|", http_section, re.M)
+    assert re.search(r"^\| http_status +\| resilient +\| +1 \| +1 \| +0 \|", http_section, re.M)
     report = (out / "report.md").read_text()
     assert re.search(r"^\| error \(http\) +\|", report, re.M) and re.search(r"^\| error +\|", report, re.M)
     assert (out / "sessions" / "http" / "error" / "naive" / "s000" / "events.jsonl").exists()

@@ -87,8 +87,8 @@ def add_parsers(commands: Any) -> None:
         "--transport",
         choices=["stdio", "http", "both"],
         default="stdio",
-        help="how agents reach the proxy: stdio, http (Streamable HTTP on 127.0.0.1; the default matrix "
-        "gains the http profile there), or both (a report row per transport) (default stdio)",
+        help="how agents reach the proxy: stdio, http (Streamable HTTP on 127.0.0.1; the matrix gains the "
+        "http profile there, and runs it only there), or both (a report row per transport) (default stdio)",
     )
     bench.add_argument(
         "--era",
@@ -334,7 +334,8 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
-    print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}")
+    over = " over Streamable HTTP" if args.transport == "http" else ""
+    print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
     if result.records:
         print_model_usage(result.records, console)
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
@@ -400,8 +401,8 @@ def _bench(args: argparse.Namespace) -> int:
         probe=_probe(args.probe),
         transports=parse_transports(args.transport),
         era=args.era,
-        # Faults only HTTP has: the default matrix runs the http profile over HTTP.
-        http_only=(resolve_profile("http"),) if args.profiles is None and args.transport != "stdio" else (),
+        # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
+        http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)

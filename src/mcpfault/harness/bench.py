@@ -65,7 +65,7 @@ class BenchConfig:
     # How agents reach the proxy: stdio, http (the Streamable HTTP bridge), or both (a row per transport).
     transports: tuple[str, ...] = (TRANSPORT_STDIO,)
     era: Era = "legacy"  # the client's protocol era (over HTTP: 2025-11-25 sessions, or 2026-07-28 stateless)
-    # Profiles only the HTTP transport runs (the default matrix adds `http` there); stdio skips them.
+    # Profiles only the HTTP transport runs (bench --transport http or both adds `http`); stdio skips them.
     http_only: tuple[Path, ...] = ()
 
 
@@ -193,13 +193,14 @@ def parse_transports(option: str) -> tuple[str, ...]:
 
 
 def _transport_profiles(config: BenchConfig) -> list[tuple[str, Path]]:
-    """(transport, profile) for every row of the matrix: each profile per transport, and the
-    HTTP-only ones over HTTP (behind the stdio proxy their rules never fire)."""
+    """(transport, profile) for every row of the matrix: each profile per transport, the HTTP-only ones
+    over HTTP alone (behind the stdio proxy their rules never fire)."""
     rows = []
     for transport in config.transports:
-        rows += [(transport, path) for path in config.profiles]
         if transport == TRANSPORT_HTTP:
-            rows += [(transport, path) for path in config.http_only if path not in config.profiles]
+            rows += [(transport, path) for path in dict.fromkeys([*config.profiles, *config.http_only])]
+        else:
+            rows += [(transport, path) for path in config.profiles if path not in config.http_only]
     return rows
 
 

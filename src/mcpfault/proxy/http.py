@@ -207,9 +207,7 @@ class HttpProxy:
             )
         session_id = request.headers.get(SESSION_HEADER)
         if session_id and self._sessions.is_lost(session_id):
-            # A session the proxy answered 404 for (session_expired) stays lost, as on a server that
-            # lost it: the client must start a new one.
-            return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
+            return self._on_lost_session(request, body, session_id)
         if session_id:
             core = self._sessions.session(session_id).core
         else:
@@ -241,6 +239,15 @@ class HttpProxy:
             if session_id is None and core.in_flight:
                 # Outside a session nothing can resume this stream: its answer is gone for good.
                 core.end(exchange.request_id, "nothing")
+
+    def _on_lost_session(self, request: web.Request, body: bytes, session_id: str) -> web.Response:
+        """A session the proxy answered 404 for (session_expired) stays lost, as on a server that lost it:
+        the client must start a new one. The request is recorded like any other (event, span)."""
+        core = self._sessions.lost_core(session_id, request.headers.get("MCP-Protocol-Version"))
+        core.from_client(body)  # no rules: it only starts the request's record
+        exchange = Exchange(request, core, body, session_id, self._limits)
+        core.end(exchange.request_id, "session_expired", upstream_contacted=False)
+        return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
 
     async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
         request = exchange.request

@@ -10,6 +10,7 @@ the same decisions in the same order, dealt to whichever request comes first.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -66,6 +67,7 @@ class Sessions:
         self._retired_injected: Counter[str] = Counter()
         self.sessions_started = 0
         self._lost: OrderedDict[str, None] = OrderedDict()  # sessions answered 404 by a fault, bounded
+        self._no_rules: Engine | None = None  # what decides the requests on lost sessions: nothing
 
     def due(self, elapsed_s: float) -> list[Decision]:
         """Time-triggered rules due now (a process fault at ``start_after_s``): one clock for the whole
@@ -137,6 +139,22 @@ class Sessions:
 
     def is_lost(self, session_id: str) -> bool:
         return session_id in self._lost
+
+    def lost_core(self, session_id: str, protocol_version: str | None = None) -> ProxyCore:
+        """A core for one request on a lost session: an engine without rules (nothing more is injected),
+        so the request's event and span say what it got, as for any request."""
+        if self._no_rules is None:
+            empty = dataclasses.replace(self.profile, rules=())
+            self._no_rules = Engine(empty, transport=HTTP, live=LiveRules.of(empty))
+        return ProxyCore(
+            self._no_rules,
+            events=self._events,
+            observers=self._observers_for(session_id),
+            propagate=False,
+            stats=self.stats,
+            era=EraTracker.from_header(protocol_version),
+            epoch=self.epoch,
+        )
 
     def learned(self, era: EraTracker) -> None:
         if era.protocol_version is not None:
