@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import anyio
 import structlog
 from anyio import CancelScope, from_thread, to_thread
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
@@ -93,8 +93,9 @@ class StdioProxy:
         else:
             from_thread.run_sync(function, *args)
 
-    async def run(self, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-        """Relay until the server exits (for good, when it is restarted); return its exit status."""
+    async def run(self, stdin_fd: int = 0, stdout_fd: int = 1, on_ready: Callable[[], None] | None = None) -> int:
+        """Relay until the server exits (for good, when it is restarted); return its exit status.
+        ``on_ready`` is called once SIGINT and SIGTERM are the proxy's to handle (to announce it then)."""
         self._loop_thread = threading.get_ident()
         self._started = anyio.current_time()
         modes = pipes.set_nonblocking([stdin_fd, stdout_fd])
@@ -110,7 +111,9 @@ class StdioProxy:
                 tg.start_soon(self._run_later, later)
                 tg.start_soon(self._pump, stdin_fd, self._client_data, self._client_eof)
                 tg.start_soon(self._pump_server, self._server_stdout, self._server_stdout_closed)
-                tg.start_soon(self._forward_signals)
+                await tg.start(self._forward_signals)
+                if on_ready is not None:
+                    on_ready()
                 if self.core.engine.next_due_s() is not None:
                     tg.start_soon(self._timed_faults)
                 while True:
@@ -377,8 +380,9 @@ class StdioProxy:
         self._to_server.close()
         self._in_loop(self._tg.start_soon, self._end_server_after, self._lifecycle.shutdown_timeout_s)
 
-    async def _forward_signals(self) -> None:
+    async def _forward_signals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
             async for signum in signals:
                 self._shutdown.set()  # whatever the server does now, it is not restarted
                 log.info("forwarding signal to the MCP server", signal=signal.Signals(signum).name)
@@ -423,16 +427,18 @@ async def run_stdio(
     stdin_fd: int = 0,
     stdout_fd: int = 1,
     supervisor: Supervisor | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> int:
     """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status.
 
     The server is supervised as the profile's ``[server]`` table says (pass ``supervisor`` to keep
-    a handle on it: its generation, its pid, the control operations)."""
+    a handle on it: its generation, its pid, the control operations). ``on_ready``: called once
+    the proxy relays and handles SIGINT and SIGTERM itself."""
     if supervisor is None:
         supervisor = Supervisor(command, core.engine.profile.server, observers=server_observers(core))
     supervisor.start()
     try:
-        return await StdioProxy(core, supervisor, lifecycle).run(stdin_fd, stdout_fd)
+        return await StdioProxy(core, supervisor, lifecycle).run(stdin_fd, stdout_fd, on_ready)
     finally:
         supervisor.child.kill()
 
