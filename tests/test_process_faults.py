@@ -504,8 +504,14 @@ limit = 1
 SPIN_LONG = 60_000_000  # a few seconds of pure CPU: the request is in flight when the kill lands
 
 
-def started_http_server(tmp_path: Path, text: str) -> HttpProxyProcess:
-    """``--listen --upstream URL -- CMD``: the proxy starts the SDK server on Streamable HTTP itself."""
+# The server is killed while it spins: the request is in flight.
+KILLED_WHILE_SPINNING = '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.3\ntools = ["spin"]\nlimit = 1\n'
+
+
+def started_http_server(tmp_path: Path, server_table: str) -> HttpProxyProcess:
+    """``--listen --upstream URL -- CMD``: the proxy starts the SDK server on Streamable HTTP itself,
+    with the ``[server]`` table given and the ``KILLED_WHILE_SPINNING`` rule."""
+    text = f"{server_table}\n{KILLED_WHILE_SPINNING}"
     port = free_port()
     upstream = f"http://127.0.0.1:{port}/mcp"
     return HttpProxyProcess(
@@ -515,20 +521,8 @@ def started_http_server(tmp_path: Path, text: str) -> HttpProxyProcess:
 
 @pytest.mark.anyio
 async def test_a_request_in_flight_when_a_started_http_server_dies_gets_the_restarted_error(tmp_path: Path) -> None:
-    text = """
-[server]
-restart = "on-crash"
-restart_delay_s = 0.2
-hold_s = 60  # the SDK server's start takes seconds on a loaded machine
-
-[[faults]]
-type = "crash"
-when = "after"
-after_s = 0.3
-tools = ["spin"]
-limit = 1
-"""
-    proxy = started_http_server(tmp_path, text)
+    # hold_s: the SDK server's start takes seconds on a loaded machine.
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 0.2\nhold_s = 60\n')
     try:
         with anyio.fail_after(90):
             async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
@@ -557,8 +551,7 @@ limit = 1
 
 @pytest.mark.anyio
 async def test_without_restart_a_started_http_servers_death_is_the_exit_error_then_its_status(tmp_path: Path) -> None:
-    text = '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.3\ntools = ["spin"]\n'
-    proxy = started_http_server(tmp_path, text)
+    proxy = started_http_server(tmp_path, "")  # restart = "never"
     try:
         with anyio.fail_after(90):
             async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
@@ -573,20 +566,7 @@ async def test_without_restart_a_started_http_servers_death_is_the_exit_error_th
 
 @pytest.mark.anyio
 async def test_arrivals_while_a_started_http_server_is_down_are_held_then_time_out(tmp_path: Path) -> None:
-    text = """
-[server]
-restart = "on-crash"
-restart_delay_s = 3.0
-hold_s = 0.5
-
-[[faults]]
-type = "crash"
-when = "after"
-after_s = 0.3
-tools = ["spin"]
-limit = 1
-"""
-    proxy = started_http_server(tmp_path, text)
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 3.0\nhold_s = 0.5\n')
     try:
         with anyio.fail_after(90):
             async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:

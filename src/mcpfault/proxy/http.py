@@ -299,20 +299,11 @@ class HttpProxy:
 
     def _unanswered(self, exchange: Exchange, fate: tuple[bytes, str]) -> web.Response:
         body, received = fate
-        exchange.core.end(exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE)
-        return web.Response(status=200, body=body, content_type="application/json")
+        return _proxy_error(exchange, body, received, contacted=True)
 
     def _server_down(self, exchange: Exchange, hold_s: float) -> web.Response:
         """Held while the server restarted, and it was not back in time: a timeout; no server saw it."""
-        body = server_down_reply(exchange.request_id, hold_s)
-        exchange.core.end(
-            exchange.request_id,
-            "timeout",
-            reply=body,
-            error_code=jsonrpc.UPSTREAM_UNAVAILABLE,
-            upstream_contacted=False,
-        )
-        return web.Response(status=200, body=body, content_type="application/json")
+        return _proxy_error(exchange, server_down_reply(exchange.request_id, hold_s), "timeout", contacted=False)
 
     async def _relay_answer(
         self, exchange: Exchange, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
@@ -360,10 +351,7 @@ class HttpProxy:
             message = f"mcpfault: the MCP server exited with code {owned.exit_code} before this request"
             data = {"mcpfault": {"reason": received, "exit_code": owned.exit_code}}
         body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        exchange.core.end(
-            exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
-        )
-        return web.Response(status=200, body=body, content_type="application/json")
+        return _proxy_error(exchange, body, received, contacted=False)
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__
@@ -371,14 +359,7 @@ class HttpProxy:
         log.warning("upstream unreachable", upstream=self.upstream_label, error=reason)
         data = {"mcpfault": {"reason": "upstream_unreachable", "upstream": self.upstream_label}}
         body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        exchange.core.end(
-            exchange.request_id,
-            "upstream_unreachable",
-            reply=body,
-            error_code=jsonrpc.UPSTREAM_UNAVAILABLE,
-            upstream_contacted=False,
-        )
-        return web.Response(status=502, body=body, content_type="application/json")
+        return _proxy_error(exchange, body, "upstream_unreachable", contacted=False, status=502)
 
     # -- everything else: relayed as it is ------------------------------------------------------
 
@@ -418,6 +399,13 @@ class HttpProxy:
             return response
         finally:
             answer.close()
+
+
+def _proxy_error(exchange: Exchange, body: bytes, received: str, *, contacted: bool, status: int = 200) -> web.Response:
+    """The proxy's own JSON-RPC error (-32000) for the request, recorded as what the client received."""
+    code = jsonrpc.UPSTREAM_UNAVAILABLE
+    exchange.core.end(exchange.request_id, received, reply=body, error_code=code, upstream_contacted=contacted)
+    return web.Response(status=status, body=body, content_type="application/json")
 
 
 def _forwarded(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import pipes
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.core import Emit, ProxyCore, To
-from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
+from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor, server_down_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -222,9 +222,7 @@ class StdioProxy:
         if message.kind is not MessageKind.REQUEST or message.body is None:
             return None  # a notification or an answer: nobody waits for it
         request_id = message.body.get("id")
-        text = f"mcpfault: the MCP server is down (restarting) and was not back within {hold_s:g}s; retry later"
-        data = {"mcpfault": {"reason": "server_down", "hold_s": hold_s}}
-        reply = jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data))
+        reply = server_down_reply(request_id, hold_s)
         with self._core_lock:
             known = self.core.end(
                 request_id, "timeout", reply=reply, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
