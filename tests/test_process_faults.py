@@ -25,6 +25,7 @@ from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
 from mcpfault.proxy.events import read_events
 from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
+from tests.http_support import HttpProxyProcess, free_port
 
 PROCESS_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "servers" / "process_server.py")]
 TAG = "MCPFAULT_TEST_ORPHAN_TAG"
@@ -496,6 +497,145 @@ limit = 1
         assert first != second
         calls = [e for e in proxy.events() if e["method"] == "tools/call"]
         assert [e["client_received"] for e in calls] == ["response", "server_restarted", "response"]
+    finally:
+        proxy.close()
+
+
+SPIN_LONG = 60_000_000  # a few seconds of pure CPU: the request is in flight when the kill lands
+
+
+# The server is killed while it spins: the request is in flight.
+KILLED_WHILE_SPINNING = '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.3\ntools = ["spin"]\nlimit = 1\n'
+
+
+def started_http_server(tmp_path: Path, server_table: str) -> HttpProxyProcess:
+    """``--listen --upstream URL -- CMD``: the proxy starts the SDK server on Streamable HTTP itself,
+    with the ``[server]`` table given and the ``KILLED_WHILE_SPINNING`` rule."""
+    text = f"{server_table}\n{KILLED_WHILE_SPINNING}"
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    return HttpProxyProcess(
+        write_profile(tmp_path, text), upstream, tmp_path, "--", *PROCESS_SERVER, "--http", str(port)
+    )
+
+
+@pytest.mark.anyio
+async def test_a_request_in_flight_when_a_started_http_server_dies_gets_the_restarted_error(tmp_path: Path) -> None:
+    # hold_s: the SDK server's start takes seconds on a loaded machine.
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 0.2\nhold_s = 60\n')
+    try:
+        with anyio.fail_after(90):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                first = int(text_of(await client.call_tool("whoami", {})))
+                started = time.monotonic()
+                with pytest.raises(MCPError, match="restarted") as raised:
+                    await client.call_tool("spin", {"iterations": SPIN_LONG})
+                assert time.monotonic() - started < 5  # told at the death, not after the spin or a timeout
+                assert raised.value.error.data["mcpfault"] == {
+                    "reason": "server_restarted",
+                    "exit_code": 137,
+                    "generation": 1,
+                }
+                second = int(text_of(await client.call_tool("whoami", {})))
+        assert first != second
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        assert [(e["tool"], e["client_received"]) for e in calls] == [
+            ("whoami", "response"),
+            ("spin", "server_restarted"),
+            ("whoami", "response"),
+        ]
+        assert calls[1]["upstream_contacted"] is True  # the server had it: it may have acted
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_without_restart_a_started_http_servers_death_is_the_exit_error_then_its_status(tmp_path: Path) -> None:
+    proxy = started_http_server(tmp_path, "")  # restart = "never"
+    try:
+        with anyio.fail_after(90):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                with pytest.raises(MCPError, match="exited") as raised:
+                    await client.call_tool("spin", {"iterations": SPIN_LONG})
+                assert raised.value.error.data["mcpfault"] == {"reason": "upstream_exited", "exit_code": 137}
+                assert proxy.proc.wait(20) == 137  # the proxy ends with the server's status
+        assert [e["client_received"] for e in proxy.events() if e["method"] == "tools/call"] == ["upstream_exited"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_arrivals_while_a_started_http_server_is_down_are_held_then_time_out(tmp_path: Path) -> None:
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 3.0\nhold_s = 0.5\n')
+    try:
+        with anyio.fail_after(90):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("spin", {"iterations": SPIN_LONG})
+                started = time.monotonic()
+                with pytest.raises(MCPError, match=r"not back within 0\.5s") as raised:
+                    await client.call_tool("echo", {"text": "too early"})
+                assert 0.4 <= time.monotonic() - started < 2.5  # held for hold_s, then told
+                assert raised.value.error.data["mcpfault"] == {"reason": "server_down", "hold_s": 0.5}
+                while True:  # each try is held up to hold_s; the server is back after the delay and its start
+                    try:
+                        assert text_of(await client.call_tool("echo", {"text": "back"})) == "back"
+                        break
+                    except MCPError as exc:
+                        assert exc.error.data["mcpfault"]["reason"] == "server_down"
+        calls = [e for e in proxy.events() if e["method"] == "tools/call"]
+        received = [e["client_received"] for e in calls]
+        assert received[:2] == ["server_restarted", "timeout"] and received[-1] == "response"
+        assert set(received[1:-1]) == {"timeout"} and calls[1]["upstream_contacted"] is False
+        assert calls[-1]["server_generation"] == 1
+    finally:
+        proxy.close()
+
+
+# -- ending the proxy ---------------------------------------------------------------------------------
+
+
+def test_sigterm_as_soon_as_the_control_url_is_printed_ends_the_stdio_proxy_cleanly(tmp_path: Path) -> None:
+    """The line is printed once the proxy handles SIGTERM itself: the signal is forwarded to the server,
+    whose status the proxy exits with, instead of killing the proxy (-15) and stranding the server."""
+    import select
+    import subprocess
+
+    profile = write_profile(tmp_path, 'name = "plain"\n')
+    for _ in range(3):
+        command = [sys.executable, "-m", "mcpfault", "proxy", "-c", str(profile), "--control", "127.0.0.1:0"]
+        proc = subprocess.Popen(
+            [*command, "--no-summary", "--", *PROCESS_SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        try:
+            assert proc.stderr is not None
+            seen = b""
+            deadline = time.monotonic() + 30
+            while b"control API on" not in seen and time.monotonic() < deadline:
+                if select.select([proc.stderr], [], [], 0.1)[0]:
+                    seen += os.read(proc.stderr.fileno(), 65536)
+            assert b"control API on" in seen, seen
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 143  # the SDK server's death by the forwarded SIGTERM, as a shell shows it
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+
+
+def test_sigterm_to_the_bridge_is_forwarded_instead_of_waiting_for_a_slow_server(tmp_path: Path) -> None:
+    """The SDK's stdio server takes seconds to notice its stdin's EOF; the signal that ends the proxy
+    reaches it at once, so the proxy ends well within the 5 s grace it would otherwise wait."""
+    proxy = HttpProxyProcess(write_profile(tmp_path, 'name = "plain"\n'), "", tmp_path, "--", *PROCESS_SERVER)
+    try:
+        started = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(20) == 143
+        assert time.monotonic() - started < 3
     finally:
         proxy.close()
 

@@ -169,8 +169,8 @@ def _proxy(args: argparse.Namespace) -> int:
         controller.server = supervisor  # crash, stall and restart through the control API
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
 
-    async def relay() -> int:
-        return await run_stdio(command, core, lifecycle, supervisor=supervisor)
+    async def relay(ready: Callable[[], None]) -> int:
+        return await run_stdio(command, core, lifecycle, supervisor=supervisor, on_ready=ready)
 
     try:
         with _flushed_at_exit(events, telemetry, probe):
@@ -337,10 +337,14 @@ def _controller(args: argparse.Namespace, live: Any, *, transport: str, counters
     return Controller(live, transport=transport, counters=counters, stats=stats, events=events)
 
 
-async def _with_control(args: argparse.Namespace, controller: Any, body: Callable[[], Awaitable[int]]) -> int:
-    """Run ``body`` (the proxy) with the control API served beside it, in the same event loop."""
+async def _with_control(
+    args: argparse.Namespace, controller: Any, body: Callable[[Callable[[], None]], Awaitable[int]]
+) -> int:
+    """Run ``body`` (the proxy) with the control API served beside it, in the same event loop. The
+    API's URL is printed when ``body`` calls the function it is given: once the proxy handles SIGINT
+    and SIGTERM itself, so that a signal sent as soon as the line appears ends it cleanly."""
     if controller is None:
-        return await body()
+        return await body(lambda: None)
     import anyio
 
     from mcpfault.control.api import ControlServer
@@ -350,10 +354,13 @@ async def _with_control(args: argparse.Namespace, controller: Any, body: Callabl
         url = await server.start()
     except OSError as exc:
         raise UsageError(f"--control {args.control}: cannot listen ({exc.strerror})") from None
-    print(f"mcpfault: control API on {url}", file=sys.stderr)
-    sys.stderr.flush()
+
+    def ready() -> None:
+        print(f"mcpfault: control API on {url}", file=sys.stderr)
+        sys.stderr.flush()
+
     try:
-        return await body()
+        return await body(ready)
     finally:
         with anyio.CancelScope(shield=True):
             await server.close()
@@ -438,14 +445,19 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token, process=process)
 
+    announced: list[Callable[[], None]] = []
+
     def announce(url: str) -> None:
+        for ready in announced:
+            ready()  # the control API's URL: the proxy handles signals by now
         owned = proxy.owned
         if controller is not None and owned is not None:
             controller.server = owned.supervisor  # the HTTP server, or every era's stdio server as one
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
 
-    async def relay() -> int:
+    async def relay(ready: Callable[[], None]) -> int:
+        announced.append(ready)
         return await http.serve(proxy, listen, announce)
 
     try:

@@ -17,6 +17,7 @@ stdlib relay): a client going away cancels its handler, which closes the upstrea
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import time
 from collections.abc import Callable
@@ -51,10 +52,14 @@ from mcpfault.proxy.http_process import HttpServerProcess
 from mcpfault.proxy.http_sessions import Sessions
 from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
+from mcpfault.proxy.supervised import ServerDown
+from mcpfault.proxy.supervisor import server_down_reply, unanswered_reply
 from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
 
+# How long a request the upstream broke off waits to learn whether the server the proxy started died.
+FATE_WAIT_S = 2.0
 TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
 # Hop-by-hop headers, what the proxy's client writes itself, and the proxy's own token are not forwarded.
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKEN_HEADER.lower()}
@@ -159,9 +164,10 @@ class HttpProxy:
         self.url = f"http://{host}:{port}{self._mcp_path}"
         return self.url
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = 0.0) -> None:
+        """Stop serving (``drain_s``: how long the requests being handled get to finish first)."""
         if self._server is not None:
-            await self._server.close()
+            await self._server.close(drain_s)
             self._server = None
         if self._pool is not None:
             await self._pool.close()
@@ -262,23 +268,20 @@ class HttpProxy:
             upstream.process.perform(owned.supervisor.ops)
             if upstream.process.before_request:
                 return await self._killed_before(exchange, owned)
+        generation = 0  # of the server the request went to, when the proxy started it (an HTTP server)
         try:
             if bridge is not None:
                 answer = await bridge.post(upstream.data)
             else:
-                assert self._pool is not None
-                if self._process is not None:
-                    await self._process.ready()  # held while it restarts
-                headers = _forwarded(request.headers)
-                if upstream.rewritten:  # a fault rewrote the body: the headers that mirror it follow it
-                    message = jsonrpc.parse(upstream.data)
-                    if message.body is not None:
-                        headers = mirrored.consistent(headers, message.body)
-                if upstream.http is not None:
-                    headers = upstream.http.request_headers(headers)
-                answer = await self._pool.request("POST", self._upstream.raw_path_qs, headers, upstream.data)
+                answer, generation = await self._post_upstream(request, upstream)
+        except ServerDown as exc:
+            return self._server_down(exchange, exc.hold_s)
         except (TimeoutError, OSError) as exc:
-            return self._unreachable(exchange, exc)
+            # A server the proxy started died with the request in flight: the client learns what became of it.
+            fate = await self._fate_of(generation, exchange.request_id) if self._process is not None else None
+            return self._unanswered(exchange, fate) if fate is not None else self._unreachable(exchange, exc)
+        if self._process is not None:
+            exchange.server_fate = functools.partial(self._fate_of, generation)  # for a stream it breaks off
         try:
             response = await self._relay_answer(exchange, answer, upstream.http, notes)
         except BaseException:
@@ -288,6 +291,41 @@ class HttpProxy:
         if self._process is not None and self._process.supervisor.down and answer.status < 300:
             self._process.supervisor.answered()  # the restarted server answers: its downtime ends
         return response
+
+    async def _post_upstream(self, request: web.Request, upstream: Emit) -> tuple[UpstreamAnswer, int]:
+        """POST to the HTTP upstream; the answer, and the generation of the server the proxy started that
+        got it (held while that server restarts). Never sent twice: a connection refused by a server
+        that just died may follow a first try it received (the pool retries a reused connection)."""
+        assert self._pool is not None
+        generation = 0
+        if self._process is not None:
+            await self._process.held()
+            generation = self._process.supervisor.generation
+        headers = _forwarded(request.headers)
+        if upstream.rewritten:  # a fault rewrote the body: the headers that mirror it follow it
+            message = jsonrpc.parse(upstream.data)
+            if message.body is not None:
+                headers = mirrored.consistent(headers, message.body)
+        if upstream.http is not None:
+            headers = upstream.http.request_headers(headers)
+        answer = await self._pool.request(
+            "POST", self._upstream.raw_path_qs, headers, upstream.data, resend_unanswered=self._process is None
+        )
+        return answer, generation
+
+    async def _fate_of(self, generation: int, request_id: Any) -> tuple[bytes, str] | None:
+        """The error for a request ``generation`` never answered, when it died (None when it lives)."""
+        assert self._process is not None
+        death = await self._process.fate(generation, FATE_WAIT_S)
+        return unanswered_reply(request_id, death) if death is not None else None
+
+    def _unanswered(self, exchange: Exchange, fate: tuple[bytes, str]) -> web.Response:
+        body, received = fate
+        return _proxy_error(exchange, body, received, contacted=True)
+
+    def _server_down(self, exchange: Exchange, hold_s: float) -> web.Response:
+        """Held while the server restarted, and it was not back in time: a timeout; no server saw it."""
+        return _proxy_error(exchange, server_down_reply(exchange.request_id, hold_s), "timeout", contacted=False)
 
     async def _relay_answer(
         self, exchange: Exchange, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
@@ -335,10 +373,7 @@ class HttpProxy:
             message = f"mcpfault: the MCP server exited with code {owned.exit_code} before this request"
             data = {"mcpfault": {"reason": received, "exit_code": owned.exit_code}}
         body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        exchange.core.end(
-            exchange.request_id, received, reply=body, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
-        )
-        return web.Response(status=200, body=body, content_type="application/json")
+        return _proxy_error(exchange, body, received, contacted=False)
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:
         reason = str(exc) or type(exc).__name__
@@ -346,14 +381,7 @@ class HttpProxy:
         log.warning("upstream unreachable", upstream=self.upstream_label, error=reason)
         data = {"mcpfault": {"reason": "upstream_unreachable", "upstream": self.upstream_label}}
         body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        exchange.core.end(
-            exchange.request_id,
-            "upstream_unreachable",
-            reply=body,
-            error_code=jsonrpc.UPSTREAM_UNAVAILABLE,
-            upstream_contacted=False,
-        )
-        return web.Response(status=502, body=body, content_type="application/json")
+        return _proxy_error(exchange, body, "upstream_unreachable", contacted=False, status=502)
 
     # -- everything else: relayed as it is ------------------------------------------------------
 
@@ -395,6 +423,13 @@ class HttpProxy:
             answer.close()
 
 
+def _proxy_error(exchange: Exchange, body: bytes, received: str, *, contacted: bool, status: int = 200) -> web.Response:
+    """The proxy's own JSON-RPC error (-32000) for the request, recorded as what the client received."""
+    code = jsonrpc.UPSTREAM_UNAVAILABLE
+    exchange.core.end(exchange.request_id, received, reply=body, error_code=code, upstream_contacted=contacted)
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
 def _forwarded(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
     out = [(k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED]
     out.append(("Accept-Encoding", "identity"))  # the proxy reads answers: no compression to undo
@@ -430,6 +465,7 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
 
     owned = proxy.owned
     status = 0
+    received: list[int] = []  # the signal that ends the proxy, forwarded to the server it started
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         if owned is not None:
             await owned.start()
@@ -439,7 +475,8 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
             async with anyio.create_task_group() as tg:
 
                 async def until_signal() -> None:
-                    async for _signum in signals:
+                    async for signum in signals:
+                        received.append(signum)
                         break
                     tg.cancel_scope.cancel()
 
@@ -451,8 +488,9 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                await proxy.close()
+                # The server the proxy started died for good: what was in flight gets its error first.
+                await proxy.close(drain_s=FATE_WAIT_S if owned is not None and not received else 0.0)
                 if owned is not None:
-                    await owned.stop()
+                    await owned.stop(received[0] if received else None)
                     status = await owned.wait()
     return status

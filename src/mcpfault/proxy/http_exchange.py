@@ -8,7 +8,7 @@ as it arrives, each event through the core (an untouched one crosses byte for by
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -90,6 +90,9 @@ class Exchange:
         self.session_id = session_id
         self._limits = limits
         self._request_id: Any = ...
+        # What became of a server the proxy started, when it broke off the answer: the error for the
+        # request and what the client received (None: it lives; the break was something else).
+        self.server_fate: Callable[[Any], Awaitable[tuple[bytes, str] | None]] | None = None
 
     @property
     def request_id(self) -> Any:
@@ -189,10 +192,15 @@ class Exchange:
 
     async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
         """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
-        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
-        data = {"mcpfault": {"reason": "upstream_broke_off"}}
-        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-        if self.request_id is not None and self.core.end(self.request_id, "upstream_exited", reply=reply):
+        fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
+        if fate is not None:
+            reply, received = fate
+        else:
+            message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
+            data = {"mcpfault": {"reason": "upstream_broke_off"}}
+            reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+            received = "upstream_exited"
+        if self.request_id is not None and self.core.end(self.request_id, received, reply=reply):
             await response.write(sse.encode(reply))
         await response.write_eof()
 

@@ -337,9 +337,13 @@ class HttpServer:
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = 0.0) -> None:
+        """Stop listening; give the requests being handled up to ``drain_s`` to finish; end every connection."""
         if self._server is not None:
             self._server.close()
+        handling = [c._task for c in self.connections if c._task is not None and not c._task.done()]
+        if handling and drain_s > 0:
+            await asyncio.wait(handling, timeout=drain_s)
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.abort()

@@ -25,6 +25,7 @@ import itertools
 import os
 import secrets
 import shlex
+import signal
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -38,7 +39,8 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import sse
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.stdio import exit_status
-from mcpfault.proxy.supervisor import Later, ServerObserver, StartHook, Supervisor
+from mcpfault.proxy.supervised import SupervisedServer
+from mcpfault.proxy.supervisor import ServerDeath, ServerObserver, StartHook, Supervisor, unanswered_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -85,7 +87,7 @@ class BridgeAnswer:
         self._bridge.forget(self._upstream_id)
 
 
-class StdioBridge:
+class StdioBridge(SupervisedServer):
     def __init__(
         self,
         command: Sequence[str],
@@ -95,9 +97,11 @@ class StdioBridge:
         observers: Sequence[ServerObserver] = (),
         on_start: Sequence[StartHook] = (),
     ) -> None:
-        self._command = list(command)
+        joined = shlex.join(list(command))
+        super().__init__(
+            Supervisor(command, settings, observers=observers), joined if len(joined) <= 80 else joined[:77] + "..."
+        )
         self._kill_timeout_s = kill_timeout_s
-        self.supervisor = Supervisor(command, settings, observers=observers)
         self.supervisor.start_hooks.extend(on_start)  # told (pid, pgid, generation) at every (re)start
         self._stdin: asyncio.StreamWriter | None = None
         self._stdout: asyncio.StreamReader | None = None
@@ -105,30 +109,17 @@ class StdioBridge:
         self._waiting: dict[int, tuple[Any, BridgeAnswer]] = {}  # upstream id -> (client's id, answer)
         self._progress: dict[object, BridgeAnswer] = {}
         self._reader: asyncio.Task[None] | None = None
-        self._later: set[asyncio.Task[None]] = set()
-        self._up = asyncio.Event()  # the server can take requests
-        self._done = asyncio.Event()  # it died for good
-        self._stopping = False
         self._initialize: dict[str, Any] | None = None  # the last client's handshake, replayed after a restart
         self._initialized: bytes | None = None
         self._replay_id: str | None = None
         self._modern = False  # the last request carried the 2026-07-28 envelope
-        self.exit_code: int | None = None
-        joined = shlex.join(self._command)
-        self.label = joined if len(joined) <= 80 else joined[:77] + "..."
 
     async def start(self) -> None:
         """Start the server (the stdio transport's ChildProcess: the same errors, the same lifecycle)."""
-        loop = asyncio.get_running_loop()
-        self.supervisor.bind(lambda make: loop.call_soon_threadsafe(self._run_later, make))
+        self._bind()
         await self._attach(self.supervisor.start())
         self._up.set()
         self._reader = asyncio.create_task(self._read())
-
-    def _run_later(self, make: Later) -> None:
-        task = asyncio.create_task(make())
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
 
     async def _attach(self, child: ChildProcess) -> None:
         stdin_fd, stdout_fd = child.take_pipes()
@@ -143,48 +134,32 @@ class StdioBridge:
 
     async def wait(self) -> int:
         """Until the server exits for good (no restart follows); its exit status, as a shell shows it."""
-        await self._done.wait()
+        status = await super().wait()
         if self._reader is not None:
             await self._reader
-        assert self.exit_code is not None
-        return self.exit_code
+        return status
 
-    async def stop(self) -> None:
-        """Close the server's stdin (its EOF); SIGTERM after the grace, SIGKILL after as long again."""
-        self._stopping = True
-        for task in list(self._later):
-            task.cancel()
+    async def stop(self, signum: int | None = None) -> None:
+        """Close the server's stdin (its EOF); SIGTERM after the grace, SIGKILL after as long again.
+        ``signum``, the signal that ends the proxy, is forwarded at once (as the stdio proxy does)
+        instead of the grace: a server slow to notice its EOF does not hold the proxy up."""
+        self._stop_supervising()
         if self._reader is None:
             return
         if self._stdin is not None:
             self._stdin.close()
-        await self.supervisor.child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
+        child = self.supervisor.child
+        if signum is not None and child.returncode is None:
+            child.send_signal(signal.Signals(signum))
+            await child.stop(grace_s=self._kill_timeout_s, kill_after_s=0)
+        else:
+            await child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
         await self._reader
-
-    def going_down(self) -> None:
-        """A process fault is ending the server: from now on requests wait for the next generation."""
-        self._up.clear()
-
-    async def until_back(self) -> None:
-        """Wait for the server to be up again after a crash (or to be gone for good)."""
-        up, done = asyncio.create_task(self._up.wait()), asyncio.create_task(self._done.wait())
-        try:
-            await asyncio.wait({up, done}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            up.cancel()
-            done.cancel()
 
     # -- the proxy's upstream ---------------------------------------------------------------------
 
     async def post(self, data: bytes) -> BridgeAnswer:
-        if not self._up.is_set() and not self._done.is_set():
-            hold_s = self.supervisor.settings.hold_s
-            try:
-                await asyncio.wait_for(self.until_back(), hold_s)
-            except TimeoutError:
-                raise ConnectionError(
-                    f"the stdio server {self.label!r} is restarting and was not back within {hold_s:g}s"
-                ) from None
+        await self.held()
         if self._done.is_set() or self._stdin is None:
             raise ConnectionError(f"the stdio server {self.label!r} exited with code {self.exit_code}")
         message = jsonrpc.parse(data)
@@ -248,46 +223,23 @@ class StdioBridge:
                     break
                 self._route(line.rstrip(b"\r\n"))
             status = exit_status(await self.supervisor.child.wait())
-            self._up.clear()
             if self._stdin is not None:
                 self._stdin.close()
-            restart = self.supervisor.died(status, shutting_down=self._stopping)
-            self._answer_waiting(status, restart)
-            if restart:
-                await asyncio.sleep(self.supervisor.settings.restart_delay_s)
-                restart = not self._stopping and await self._restart()
-            if not restart:
-                self.exit_code = status
-                if self.supervisor.down:
-                    self.supervisor.gave_up()
-                self._done.set()
+            if not await self._outlive(status, self._restart, self._answer_waiting):
                 return
 
-    async def _restart(self) -> bool:
-        try:
-            await self._attach(self.supervisor.start())
-        except Exception as exc:
-            log.error("cannot restart the stdio server", error=str(exc))
-            return False
+    async def _restart(self) -> None:
+        await self._attach(self.supervisor.start())
         if self.supervisor.settings.replay_handshake and self._initialize is not None and not self._modern:
             self._replay_id = f"mcpfault-replay-{self.supervisor.generation}"
             await self._write(jsonrpc.encode({**self._initialize, "id": self._replay_id}))
         else:
             self._up.set()  # requests go straight to the new server (stateless, or without replay)
-        return True
 
-    def _answer_waiting(self, status: int, restarted: bool) -> None:
+    def _answer_waiting(self, death: ServerDeath) -> None:
         """Each request the dead server never answered gets an error: it restarted (a new generation), or it died."""
-        generation = self.supervisor.generation + 1
         for client_id, answer in list(self._waiting.values()):
-            if restarted:
-                text = f"mcpfault: the MCP server restarted (exit status {status}; now generation {generation})"
-                data = {"mcpfault": {"reason": "server_restarted", "exit_code": status, "generation": generation}}
-            else:
-                text = f"mcpfault: the stdio server exited with code {status} before answering"
-                data = {"mcpfault": {"reason": "upstream_exited", "exit_code": status}}
-            reply = jsonrpc.error_response(client_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data)
-            answer.put(jsonrpc.encode(reply), last=True)
+            answer.put(unanswered_reply(client_id, death)[0], last=True)
         self._waiting.clear()
         self._progress.clear()
 

@@ -87,8 +87,9 @@ class EraRouter:
         await self._exited.wait()
         return self._exit_code
 
-    async def stop(self) -> None:
-        await asyncio.gather(*(bridge.stop() for bridge in self._bridges.values()))
+    async def stop(self, signum: int | None = None) -> None:
+        """End every era's server (``signum``: the signal that ends the proxy, forwarded to them)."""
+        await asyncio.gather(*(bridge.stop(signum) for bridge in self._bridges.values()))
         for watcher in self._watchers:
             await watcher
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 import anyio
 import structlog
 from anyio import CancelScope, to_thread
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import pipes
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.core import Emit, ProxyCore, To
-from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
+from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor, server_down_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -95,8 +95,9 @@ class StdioProxy:
         else:
             self._loop.call_soon_threadsafe(self._calls.put_nowait, (function, args))
 
-    async def run(self, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-        """Relay until the server exits (for good, when it is restarted); return its exit status."""
+    async def run(self, stdin_fd: int = 0, stdout_fd: int = 1, on_ready: Callable[[], None] | None = None) -> int:
+        """Relay until the server exits (for good, when it is restarted); return its exit status.
+        ``on_ready`` is called once SIGINT and SIGTERM are the proxy's to handle (to announce it then)."""
         self._loop_thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()
         self._calls = asyncio.Queue()
@@ -119,7 +120,9 @@ class StdioProxy:
                 tg.start_soon(self._run_calls)
                 tg.start_soon(self._pump, stdin_fd, self._client_data, self._client_eof)
                 tg.start_soon(self._pump_server, self._server_stdout, self._server_stdout_closed)
-                tg.start_soon(self._forward_signals)
+                await tg.start(self._forward_signals)
+                if on_ready is not None:
+                    on_ready()
                 if self.core.engine.next_due_s() is not None:
                     tg.start_soon(self._timed_faults)
                 while True:
@@ -231,9 +234,7 @@ class StdioProxy:
         if message.kind is not MessageKind.REQUEST or message.body is None:
             return None  # a notification or an answer: nobody waits for it
         request_id = message.body.get("id")
-        text = f"mcpfault: the MCP server is down (restarting) and was not back within {hold_s:g}s; retry later"
-        data = {"mcpfault": {"reason": "server_down", "hold_s": hold_s}}
-        reply = jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data))
+        reply = server_down_reply(request_id, hold_s)
         with self._core_lock:
             known = self.core.end(
                 request_id, "timeout", reply=reply, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
@@ -420,8 +421,9 @@ class StdioProxy:
         self._to_server.close()
         self._in_loop(self._tg.start_soon, self._end_server_after, self._lifecycle.shutdown_timeout_s)
 
-    async def _forward_signals(self) -> None:
+    async def _forward_signals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
             async for signum in signals:
                 self._shutdown.set()  # whatever the server does now, it is not restarted
                 log.info("forwarding signal to the MCP server", signal=signal.Signals(signum).name)
@@ -466,16 +468,18 @@ async def run_stdio(
     stdin_fd: int = 0,
     stdout_fd: int = 1,
     supervisor: Supervisor | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> int:
     """Run the proxy on this process's stdin/stdout in front of ``command``; return the exit status.
 
     The server is supervised as the profile's ``[server]`` table says (pass ``supervisor`` to keep
-    a handle on it: its generation, its pid, the control operations)."""
+    a handle on it: its generation, its pid, the control operations). ``on_ready``: called once
+    the proxy relays and handles SIGINT and SIGTERM itself."""
     if supervisor is None:
         supervisor = Supervisor(command, core.engine.profile.server, observers=server_observers(core))
     supervisor.start()
     try:
-        return await StdioProxy(core, supervisor, lifecycle).run(stdin_fd, stdout_fd)
+        return await StdioProxy(core, supervisor, lifecycle).run(stdin_fd, stdout_fd, on_ready)
     finally:
         supervisor.child.kill()
 

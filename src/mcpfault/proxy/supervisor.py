@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ import anyio
 import structlog
 
 from mcpfault.faults.profile import ServerSettings
+from mcpfault.protocol import jsonrpc
 from mcpfault.proxy import events
 from mcpfault.proxy.child import ChildProcess
 
@@ -127,6 +128,9 @@ class Supervisor:
         self._lock = threading.Lock()
         self._schedule: Schedule | None = None
         self._restart_requested = False
+        self.deaths: dict[int, ServerDeath] = {}  # by generation (at most max_restarts + 1)
+        self._stopping = False  # the transport is ending: no more restarts
+        self._stop_wake: anyio.Event | None = None  # cuts a restart delay short
 
     # -- what the control API and the probe use ---------------------------------------------------
 
@@ -205,11 +209,48 @@ class Supervisor:
             )
         elif wanted and not shutting_down:
             log.warning("the MCP server exited; not restarting it again", max_restarts=self.settings.max_restarts)
+        death = ServerDeath(self._generation, exit_status, cause, crashed, restart)
+        self.deaths[self._generation] = death
         if not shutting_down:
-            death = ServerDeath(self._generation, exit_status, cause, crashed, restart)
             for observer in self._observers:
                 observer.server_died(death)
         return restart
+
+    async def after_death(
+        self,
+        exit_status: int,
+        *,
+        start_next: Callable[[], Awaitable[None]],
+        on_death: Callable[[ServerDeath], None] = lambda _death: None,
+    ) -> bool:
+        """The current generation died: record it, tell ``on_death`` (the transport answers what the dead
+        server never did), and when the policy restarts it, wait ``restart_delay_s`` (cut short by
+        ``stop_supervising``) and ``start_next`` (the transport's start of the next generation, which
+        raises when it fails). True when a next generation runs; False when the server is gone for
+        good, its downtime so far counted."""
+        restart = self.died(exit_status, shutting_down=self._stopping)
+        on_death(self.deaths[self._generation])
+        if restart:
+            self._stop_wake = wake = anyio.Event()
+            with anyio.move_on_after(self.settings.restart_delay_s):
+                await wake.wait()
+            restart = not self._stopping
+        if restart:
+            try:
+                await start_next()
+            except Exception as exc:
+                if not self._stopping:  # else: ended mid-start by the transport's own stop
+                    log.error("cannot restart the MCP server", error=str(exc), generation=self._generation)
+                restart = False
+        if not restart and self.down:
+            self.gave_up()
+        return restart
+
+    def stop_supervising(self) -> None:
+        """The transport is ending: a death from now on is no crash to restart, and a restart delay ends now."""
+        self._stopping = True
+        if self._stop_wake is not None:
+            self._stop_wake.set()
 
     def answered(self) -> None:
         """The restarted server answered: the downtime ends here."""
@@ -358,3 +399,31 @@ def summary_lines(supervisor: Any) -> list[str]:
         f"server: generation {supervisor.generation}, crashes {crashes}, restarts {supervisor.restarts}, "
         f"downtime {total:.3f}s total ({len(downtimes)} windows, longest {worst:.3f}s)"
     ]
+
+
+# -- what a client is told about a server that died or is down ----------------------------------------
+
+
+def unanswered_reply(request_id: Any, death: ServerDeath) -> tuple[bytes, str]:
+    """The error for a request the dead server never answered, and what the client received (the event's
+    word): ``server_restarted`` naming the coming generation, or ``upstream_exited`` when none follows."""
+    status = death.exit_status
+    if death.restarting:
+        generation = death.generation + 1
+        received = "server_restarted"
+        text = f"mcpfault: the MCP server restarted (exit status {status}; now generation {generation})"
+        text += " before answering"
+        data: dict[str, Any] = {"mcpfault": {"reason": received, "exit_code": status, "generation": generation}}
+    else:
+        received = "upstream_exited"
+        text = f"mcpfault: the MCP server exited with code {status} before answering; no response will arrive"
+        data = {"mcpfault": {"reason": received, "exit_code": status}}
+    return jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data)), received
+
+
+def server_down_reply(request_id: Any, hold_s: float) -> bytes:
+    """The error for a request held while the server restarted, when it was not back within ``hold_s``
+    (the client received a ``timeout``: the request never reached a server)."""
+    text = f"mcpfault: the MCP server is down (restarting) and was not back within {hold_s:g}s; retry later"
+    data = {"mcpfault": {"reason": "server_down", "hold_s": hold_s}}
+    return jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data))
