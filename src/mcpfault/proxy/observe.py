@@ -20,7 +20,7 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
-from mcpfault.proxy.core import Finished
+from mcpfault.proxy.core import Finished, InFlight, PlainAnswer, classify
 from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
@@ -88,6 +88,9 @@ class TelemetryObserver(ServerObserver):
         # The leg to the upstream as a CLIENT span (client -> proxy SERVER -> proxy CLIENT -> server, as
         # Envoy's traces read), whose id the upstream request carries as its parent.
         self._client_spans = client_spans
+        # Spans and no metrics: plain requests are taken as raw data, built into spans on the writer
+        # thread (proxy.core.DeferringObserver), which takes most of tracing's cost off the request's path.
+        self.defers = recorder is not None and metrics is None
         self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
@@ -136,6 +139,50 @@ class TelemetryObserver(ServerObserver):
             tracestate=tracestate,
         )
 
+    def started_plain(self, body: dict[str, Any], started: float) -> SpanHandle | None:
+        assert self._recorder is not None
+        params = body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        traceparent = tracestate = None
+        if isinstance(meta, dict):
+            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+        started_ns = self._clock.unix_ns(started)
+        return self._recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
+
+    def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
+        span = pending.tokens[0]
+        if isinstance(span, SpanHandle) and span.recording:
+            assert self._recorder is not None
+            self._recorder.end_later(span, self._plain_ending, (pending, answer))
+            if span.client_span_id is not None:
+                self._recorder.end_later(self._leg(span, pending.started), self._plain_client_ending, (pending, answer))
+
+    @staticmethod
+    def _plain_finished(pending: InFlight, answer: PlainAnswer) -> Finished:
+        """The ``Finished`` the core builds for a request answered untouched (``ProxyCore._record``)."""
+        call = pending.call
+        received, error_code = classify(answer.line, call.request_id, answer.body)
+        added_s = pending.handled_s + (answer.now - answer.arrived)
+        return Finished(
+            call,
+            pending.decision,
+            pending.started,
+            answer.now,
+            received,
+            error_code,
+            True,
+            0.0,
+            answer.protocol_version,
+            added_s,
+            answer.generation,
+        )
+
+    def _plain_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
+        return self._ending(handle, self._plain_finished(*raw))
+
+    def _plain_client_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
+        return self._client_ending(handle, self._plain_finished(*raw))
+
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
         # Only traceparent changes: the client's tracestate and baggage pass through as they were.
         if not isinstance(token, SpanHandle) or not self._propagates:
@@ -157,18 +204,22 @@ class TelemetryObserver(ServerObserver):
             assert recorder is not None
             recorder.end_later(span, self._ending, outcome)
             if span.client_span_id is not None:  # its context went upstream: the leg is a CLIENT span
-                leg = SpanHandle(
-                    span.trace_id,
-                    span.client_span_id,
-                    span.span_id,
-                    span.flags,
-                    span.tracestate,
-                    "",
-                    _CLIENT,
-                    self._upstream,
-                    self._clock.unix_ns(outcome.started),
-                )
-                recorder.end_later(leg, self._client_ending, outcome)
+                recorder.end_later(self._leg(span, outcome.started), self._client_ending, outcome)
+
+    def _leg(self, span: SpanHandle, started: float) -> SpanHandle:
+        """The CLIENT span of ``span``'s leg upstream."""
+        assert span.client_span_id is not None
+        return SpanHandle(
+            span.trace_id,
+            span.client_span_id,
+            span.span_id,
+            span.flags,
+            span.tracestate,
+            "",
+            _CLIENT,
+            self._upstream,
+            self._clock.unix_ns(started),
+        )
 
     def upstream_exited(self, exit_code: int) -> None:
         if self._metrics is not None:
