@@ -178,7 +178,24 @@ class TelemetryObserver(ServerObserver):
         )
 
     def _plain_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
-        return self._ending(handle, self._plain_finished(*raw))
+        pending, answer = raw
+        if self._annotate is None and handle.tracestate is None:
+            # A kind of ending seen before: straight to its template, with no Call or Finished built.
+            # The key is _ending's, from the same fields (Call.target, ProxyCore._record).
+            body = pending.body
+            method = body["method"]
+            request_id = body.get("id")
+            target = None
+            if method == "tools/call":
+                params = body.get("params")
+                name = params.get("name") if isinstance(params, Mapping) else None
+                target = name if isinstance(name, str) else None
+            received, error_code = classify(answer.line, request_id, answer.body)
+            key = (method, target, None, True, received, answer.protocol_version, error_code, answer.generation)
+            cached = self._endings.get(key)
+            if cached is not None:
+                return self._templated(handle, key, cached, request_id, pending.started, answer.now, 0.0)
+        return self._ending(handle, self._plain_finished(pending, answer))
 
     def _plain_client_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
         return self._client_ending(handle, self._plain_finished(*raw))
@@ -276,7 +293,9 @@ class TelemetryObserver(ServerObserver):
         extra = self._annotate(outcome) if self._annotate is not None else None
         decision = outcome.decision
         if extra is None and not decision.applied and not decision.changes and handle.tracestate is None:
-            return self._templated(handle, outcome, key, cached)
+            return self._templated(
+                handle, key, cached, call.request_id, outcome.started, outcome.finished, outcome.delay_s
+            )
         shared, error, name = cached
         request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
         attributes = EncodedAttributes([*shared, request_id])
@@ -337,34 +356,37 @@ class TelemetryObserver(ServerObserver):
         request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
         return EncodedAttributes([*shared, request_id]), [], error, self._clock.unix_ns(outcome.finished), name
 
-    def _templated(
+    def _templated(  # noqa: PLR0917 - the writer's hot path, positionally
         self,
         handle: SpanHandle,
-        outcome: Finished,
         key: tuple[Any, ...],
         cached: tuple[EncodedAttributes, tuple[str] | None, str],
+        request_id: Any,
+        started: float,
+        finished: float,
+        delay_s: float,
     ) -> bytes:
         """The span's JSON from a template: what the slow path gives a request without faults, control
-        changes, annotations or tracestate (most requests), for the cost of a join."""
+        changes, annotations or tracestate (most requests), for the cost of a join. ``key`` is
+        ``_ending``'s (its fourth item: whether the upstream was contacted)."""
         from_server = handle.attributes is self._from_server  # the start attributes: one of two
         template_key = (key, handle.parent_span_id is None, handle.flags, handle.kind, from_server)
         template = self._templates.get(template_key)
         if template is None:
             if len(self._templates) >= _MAX_ENDINGS:
                 self._templates.clear()
-            template = self._templates[template_key] = self._template(handle, outcome.upstream_contacted, cached)
+            template = self._templates[template_key] = self._template(handle, key[3], cached)
         unix_ns = self._clock.unix_ns
-        request_id = outcome.call.request_id
         return template.fill(
             (
                 f'"{handle.trace_id}"',
                 f'"{handle.span_id}"',
                 f'"{handle.parent_span_id}"',
                 f'"{handle.start_ns}"',
-                f'"{unix_ns(outcome.finished + outcome.delay_s)}"',
+                f'"{unix_ns(finished + delay_s)}"',
                 f'"{request_id}"' if request_id.__class__ is int else orjson.dumps(str(request_id)).decode(),
-                f'"{unix_ns(outcome.started)}"',
-                f'"{unix_ns(outcome.finished)}"',
+                f'"{unix_ns(started)}"',
+                f'"{unix_ns(finished)}"',
             )
         )
 
