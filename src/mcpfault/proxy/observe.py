@@ -88,9 +88,10 @@ class TelemetryObserver(ServerObserver):
         # The leg to the upstream as a CLIENT span (client -> proxy SERVER -> proxy CLIENT -> server, as
         # Envoy's traces read), whose id the upstream request carries as its parent.
         self._client_spans = client_spans
-        # Spans and no metrics: plain requests are taken as raw data, built into spans on the writer
-        # thread (proxy.core.DeferringObserver), which takes most of tracing's cost off the request's path.
-        self.defers = recorder is not None and metrics is None
+        # With spans, plain requests are taken as raw data, built into spans (and observed by the
+        # histograms) on the writer thread (proxy.core.DeferringObserver): most of tracing's cost is
+        # off the request's path. A span the full queue drops loses its histogram observation too.
+        self.defers = recorder is not None
         self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
@@ -146,16 +147,23 @@ class TelemetryObserver(ServerObserver):
         traceparent = tracestate = None
         if isinstance(meta, dict):
             traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+        if self._metrics is not None:
+            self._metrics.request_started()
         started_ns = self._clock.unix_ns(started)
         return self._recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
 
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
         span = pending.tokens[0]
+        metrics = self._metrics
         if isinstance(span, SpanHandle) and span.recording:
             assert self._recorder is not None
             self._recorder.end_later(span, self._plain_ending, (pending, answer))
             if span.client_span_id is not None:
                 self._recorder.end_later(self._leg(span, pending.started), self._plain_client_ending, (pending, answer))
+            if metrics is not None:
+                metrics.request_finished()  # the histograms are observed as the span is built
+        elif metrics is not None:
+            self._count(self._plain_finished(pending, answer), span)
 
     @staticmethod
     def _plain_finished(pending: InFlight, answer: PlainAnswer) -> Finished:
@@ -179,6 +187,10 @@ class TelemetryObserver(ServerObserver):
 
     def _plain_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
         pending, answer = raw
+        if self._metrics is not None:  # as _count does for a request no fault touched
+            duration_s = answer.now - pending.started
+            added_s = pending.handled_s + (answer.now - answer.arrived)
+            self._metrics.observe_request(pending.body["method"], None, duration_s, added_s, handle.trace_id)
         if self._annotate is None and handle.tracestate is None:
             # A kind of ending seen before: straight to its template, with no Call or Finished built.
             # The key is _ending's, from the same fields (Call.target, ProxyCore._record).
