@@ -169,6 +169,34 @@ def test_metrics_endpoint_counts_requests_and_faults_with_exemplars(proxy_factor
     assert "mcpfault_proxy_added_seconds_bucket" in body
 
 
+def test_with_spans_the_histograms_count_every_plain_request_with_its_span_as_exemplar(proxy_factory, tmp_path):
+    # With spans on, a request no rule touches is observed by the histograms on the span writer's
+    # thread, as its span is built: every one is counted all the same, a moment later.
+    port = free_port()
+    spans_file = tmp_path / "spans.jsonl"
+    proxy = proxy_factory(extra=("--metrics-addr", f"127.0.0.1:{port}", "--spans", str(spans_file)))
+    proxy.send(INIT + b"".join(traced_call(i, "echo", text="hi") for i in range(1, 6)))
+    for _ in range(6):
+        proxy.read_json()
+    metrics_request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    expected = 'mcpfault_requests_total{fault_type="none",method="tools/call",transport="stdio"} 5.0'
+    deadline = time.monotonic() + 10
+    body = ""
+    while expected not in body and time.monotonic() < deadline:
+        time.sleep(0.1)
+        with urllib.request.urlopen(metrics_request, timeout=5) as response:
+            body = response.read().decode()
+    in_flight = [line for line in body.splitlines() if line.startswith("mcpfault_requests_in_flight")]
+    proxy.close_stdin()
+    assert proxy.wait() == 0
+    assert expected in body, body
+    assert in_flight == ['mcpfault_requests_in_flight{transport="stdio"} 0.0']
+    assert 'mcpfault_request_duration_seconds_count{method="tools/call",transport="stdio"} 5.0' in body
+    assert f'trace_id="{CLIENT_TRACE}"' in body  # the proxy's span is in the client's trace
+
+
 def test_metrics_on_a_wide_address_need_a_token(tmp_path):
     import subprocess
 

@@ -106,6 +106,33 @@ class RequestObserver(Protocol):
     def upstream_exited(self, exit_code: int) -> None: ...
 
 
+class PlainAnswer(NamedTuple):
+    """An answer to a plain request, relayed untouched: what ``Finished`` is built from, later."""
+
+    line: bytes
+    body: dict[str, Any]
+    arrived: float  # core clock
+    now: float
+    protocol_version: str | None
+    generation: int | None
+
+
+class DeferringObserver(RequestObserver, Protocol):
+    """An observer that can take a request nothing can happen to (no rule cares about its method) as
+    raw data, and build its ``Call`` and ``Finished`` later, off the request's path (the span writer).
+    It says so with ``defers`` (True); the core then calls these instead of ``started``/``finished``."""
+
+    defers: bool
+
+    def started_plain(self, body: dict[str, Any], started: float) -> Any:
+        """As ``started`` for ``Call.from_body(body)`` and no decision; returns the token."""
+        ...
+
+    def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
+        """As ``finished``, for an answer relayed untouched."""
+        ...
+
+
 @dataclass(slots=True)
 class Stats:
     requests: Counter[str] = field(default_factory=Counter)  # by method
@@ -139,6 +166,9 @@ class ProxyCore:
         self._events = events
         self._observers = tuple(observers)
         self._propagate = propagate and bool(self._observers)
+        # The one observer (spans, no metrics) that takes plain requests as raw data: see DeferringObserver.
+        only = self._observers[0] if len(self._observers) == 1 else None
+        self._deferring: DeferringObserver | None = only if getattr(only, "defers", False) else None  # type: ignore[assignment]
         self._clock = clock
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
         self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
@@ -192,6 +222,15 @@ class ProxyCore:
             # to this request on its way through.
             self._track(InFlight(body, PASS, self._clock()))
             return [Emit(To.SERVER, line)]
+        deferring = self._deferring
+        if deferring is not None and not self.engine.cares_about(method):
+            # Traced, and nothing can happen to it: the span's ids now (they go upstream), the rest
+            # on the span writer's thread.
+            started = self._clock()
+            tokens = (deferring.started_plain(body, started),)
+            upstream = self._with_context_line(line, body, tokens) if self._propagate else line
+            self._track(InFlight(body, PASS, started, tokens, self._clock() - started))
+            return [Emit(To.SERVER, upstream)]
         call = Call.from_body(body)
         decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
@@ -368,6 +407,14 @@ class ProxyCore:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
         decision = pending.decision
         watch_responses = self.engine.wants_responses  # read per response: a rule added at run time may need them
+        deferring = self._deferring
+        if decision is PASS and deferring is not None and self._events is None and not watch_responses:
+            method = pending.body["method"]
+            if method in HANDSHAKE_METHODS:
+                self.era.observe_handshake_result(method, body.get("result"))
+            answer = PlainAnswer(line, body, arrived or 0.0, self._clock(), self.era.protocol_version, self.generation)
+            deferring.answered_plain(pending, answer)
+            return [Emit(To.CLIENT, line)]
         if decision is PASS and self._events is None and not watch_responses and not self._observers:
             if pending.body["method"] in HANDSHAKE_METHODS:
                 self.era.observe_handshake_result(pending.body["method"], body.get("result"))

@@ -20,7 +20,7 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
-from mcpfault.proxy.core import Finished
+from mcpfault.proxy.core import Finished, InFlight, PlainAnswer, classify
 from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import (
@@ -88,6 +88,10 @@ class TelemetryObserver(ServerObserver):
         # The leg to the upstream as a CLIENT span (client -> proxy SERVER -> proxy CLIENT -> server, as
         # Envoy's traces read), whose id the upstream request carries as its parent.
         self._client_spans = client_spans
+        # With spans, plain requests are taken as raw data, built into spans (and observed by the
+        # histograms) on the writer thread (proxy.core.DeferringObserver): most of tracing's cost is
+        # off the request's path. A span the full queue drops loses its histogram observation too.
+        self.defers = recorder is not None
         self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
@@ -136,6 +140,78 @@ class TelemetryObserver(ServerObserver):
             tracestate=tracestate,
         )
 
+    def started_plain(self, body: dict[str, Any], started: float) -> SpanHandle | None:
+        assert self._recorder is not None
+        params = body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        traceparent = tracestate = None
+        if isinstance(meta, dict):
+            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+        if self._metrics is not None:
+            self._metrics.request_started()
+        started_ns = self._clock.unix_ns(started)
+        return self._recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
+
+    def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
+        span = pending.tokens[0]
+        metrics = self._metrics
+        if isinstance(span, SpanHandle) and span.recording:
+            assert self._recorder is not None
+            self._recorder.end_later(span, self._plain_ending, (pending, answer))
+            if span.client_span_id is not None:
+                self._recorder.end_later(self._leg(span, pending.started), self._plain_client_ending, (pending, answer))
+            if metrics is not None:
+                metrics.request_finished()  # the histograms are observed as the span is built
+        elif metrics is not None:
+            self._count(self._plain_finished(pending, answer), span)
+
+    @staticmethod
+    def _plain_finished(pending: InFlight, answer: PlainAnswer) -> Finished:
+        """The ``Finished`` the core builds for a request answered untouched (``ProxyCore._record``)."""
+        call = pending.call
+        received, error_code = classify(answer.line, call.request_id, answer.body)
+        added_s = pending.handled_s + (answer.now - answer.arrived)
+        return Finished(
+            call,
+            pending.decision,
+            pending.started,
+            answer.now,
+            received,
+            error_code,
+            True,
+            0.0,
+            answer.protocol_version,
+            added_s,
+            answer.generation,
+        )
+
+    def _plain_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
+        pending, answer = raw
+        if self._metrics is not None:  # as _count does for a request no fault touched
+            duration_s = answer.now - pending.started
+            added_s = pending.handled_s + (answer.now - answer.arrived)
+            self._metrics.observe_request(pending.body["method"], None, duration_s, added_s, handle.trace_id)
+        if self._annotate is None and handle.tracestate is None:
+            # A kind of ending seen before: straight to its template, with no Call or Finished built.
+            # The key is _ending's, from the same fields (Call.target, ProxyCore._record).
+            body = pending.body
+            method = body["method"]
+            request_id = body.get("id")
+            target = None
+            if method == "tools/call":
+                params = body.get("params")
+                name = params.get("name") if isinstance(params, Mapping) else None
+                target = name if isinstance(name, str) else None
+            received, error_code = classify(answer.line, request_id, answer.body)
+            key = (method, target, None, True, received, answer.protocol_version, error_code, answer.generation)
+            cached = self._endings.get(key)
+            if cached is not None:
+                return self._templated(handle, key, cached, request_id, pending.started, answer.now, 0.0)
+        return self._ending(handle, self._plain_finished(pending, answer))
+
+    def _plain_client_ending(self, handle: SpanHandle, raw: tuple[InFlight, PlainAnswer]) -> Built:
+        return self._client_ending(handle, self._plain_finished(*raw))
+
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
         # Only traceparent changes: the client's tracestate and baggage pass through as they were.
         if not isinstance(token, SpanHandle) or not self._propagates:
@@ -157,18 +233,22 @@ class TelemetryObserver(ServerObserver):
             assert recorder is not None
             recorder.end_later(span, self._ending, outcome)
             if span.client_span_id is not None:  # its context went upstream: the leg is a CLIENT span
-                leg = SpanHandle(
-                    span.trace_id,
-                    span.client_span_id,
-                    span.span_id,
-                    span.flags,
-                    span.tracestate,
-                    "",
-                    _CLIENT,
-                    self._upstream,
-                    self._clock.unix_ns(outcome.started),
-                )
-                recorder.end_later(leg, self._client_ending, outcome)
+                recorder.end_later(self._leg(span, outcome.started), self._client_ending, outcome)
+
+    def _leg(self, span: SpanHandle, started: float) -> SpanHandle:
+        """The CLIENT span of ``span``'s leg upstream."""
+        assert span.client_span_id is not None
+        return SpanHandle(
+            span.trace_id,
+            span.client_span_id,
+            span.span_id,
+            span.flags,
+            span.tracestate,
+            "",
+            _CLIENT,
+            self._upstream,
+            self._clock.unix_ns(started),
+        )
 
     def upstream_exited(self, exit_code: int) -> None:
         if self._metrics is not None:
@@ -225,7 +305,9 @@ class TelemetryObserver(ServerObserver):
         extra = self._annotate(outcome) if self._annotate is not None else None
         decision = outcome.decision
         if extra is None and not decision.applied and not decision.changes and handle.tracestate is None:
-            return self._templated(handle, outcome, key, cached)
+            return self._templated(
+                handle, key, cached, call.request_id, outcome.started, outcome.finished, outcome.delay_s
+            )
         shared, error, name = cached
         request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
         attributes = EncodedAttributes([*shared, request_id])
@@ -286,34 +368,37 @@ class TelemetryObserver(ServerObserver):
         request_id = {"key": names.JSONRPC_REQUEST_ID, "value": {"stringValue": str(call.request_id)}}
         return EncodedAttributes([*shared, request_id]), [], error, self._clock.unix_ns(outcome.finished), name
 
-    def _templated(
+    def _templated(  # noqa: PLR0917 - the writer's hot path, positionally
         self,
         handle: SpanHandle,
-        outcome: Finished,
         key: tuple[Any, ...],
         cached: tuple[EncodedAttributes, tuple[str] | None, str],
+        request_id: Any,
+        started: float,
+        finished: float,
+        delay_s: float,
     ) -> bytes:
         """The span's JSON from a template: what the slow path gives a request without faults, control
-        changes, annotations or tracestate (most requests), for the cost of a join."""
+        changes, annotations or tracestate (most requests), for the cost of a join. ``key`` is
+        ``_ending``'s (its fourth item: whether the upstream was contacted)."""
         from_server = handle.attributes is self._from_server  # the start attributes: one of two
         template_key = (key, handle.parent_span_id is None, handle.flags, handle.kind, from_server)
         template = self._templates.get(template_key)
         if template is None:
             if len(self._templates) >= _MAX_ENDINGS:
                 self._templates.clear()
-            template = self._templates[template_key] = self._template(handle, outcome.upstream_contacted, cached)
+            template = self._templates[template_key] = self._template(handle, key[3], cached)
         unix_ns = self._clock.unix_ns
-        request_id = outcome.call.request_id
         return template.fill(
             (
                 f'"{handle.trace_id}"',
                 f'"{handle.span_id}"',
                 f'"{handle.parent_span_id}"',
                 f'"{handle.start_ns}"',
-                f'"{unix_ns(outcome.finished + outcome.delay_s)}"',
+                f'"{unix_ns(finished + delay_s)}"',
                 f'"{request_id}"' if request_id.__class__ is int else orjson.dumps(str(request_id)).decode(),
-                f'"{unix_ns(outcome.started)}"',
-                f'"{unix_ns(outcome.finished)}"',
+                f'"{unix_ns(started)}"',
+                f'"{unix_ns(finished)}"',
             )
         )
 
