@@ -166,8 +166,12 @@ class ProxyCore:
                 self._opaque(To.SERVER, line, message.why_opaque)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
                 self._cancelled(message.params.get("requestId"))
+                if self.engine.acts_on(message.method):
+                    return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
                 self._initialized = line
+            elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
+                return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
                 return self._server_request_answered(message.body, line)
             return [Emit(To.SERVER, line)]
@@ -302,7 +306,8 @@ class ProxyCore:
         assert body is not None
         call = Call.from_body(body)
         method = call.method
-        decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
+        acts = self.engine.acts_on(method)
+        decision = self.engine.decide(call, self._clock() - self.epoch, with_changes=False) if acts else PASS
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
         started = self._clock()
@@ -334,6 +339,39 @@ class ProxyCore:
         self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
         return [] if delivery.data is None else [Emit(To.SERVER, delivery.data, delivery.delay_s)]
 
+    def _notification(self, body: dict[str, Any] | None, line: bytes, to: To) -> list[Emit]:
+        """A notification a rule may act on (lose, hold back, send twice); its event says what became of it."""
+        assert body is not None
+        call = Call.from_body(body)
+        decision = self.engine.decide(call, self._clock() - self.epoch, with_changes=False)
+        if not decision.applied:
+            return [Emit(to, line)]
+        delivery = decision.deliver(line)
+        first = decision.applied[0]
+        self.stats.faults[(first.rule, first.type_name, first.mode)] += 1
+        received = "nothing" if delivery.data is None else "notification"
+        self.stats.received[received] += 1
+        if self._events is not None:
+            record: dict[str, Any] = {
+                "time": "",
+                "request_id": None,
+                "method": call.method,
+                "tool": None,
+                "rule": first.rule,
+                "fault_type": first.type_name,
+                "fault_mode": first.mode,
+                "upstream_contacted": to is To.CLIENT,  # a notification from the server came from it
+                "upstream_request_modified": False,
+                "client_received": received,
+                "duration_s": 0.0,
+                "era": self.era.era.value,
+                "protocol_version": self.era.protocol_version,
+            }
+            if delivery.delay_s:
+                record["delay_s"] = round(delivery.delay_s, 6)
+            self._write_event(record, self._clock())
+        return [] if delivery.data is None else [Emit(to, delivery.data, delivery.delay_s)]
+
     def _cancelled(self, request_id: Any) -> None:
         """The client gave up on a request: the server need not answer it, so stop waiting for it."""
         if not jsonrpc.valid_id(request_id):
@@ -354,8 +392,10 @@ class ProxyCore:
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.CLIENT, line, message.why_opaque)
-            elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.cares_about(message.method)):
+            elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.acts_on(message.method)):
                 self._server_request(message.body)
+            elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
+                return self._notification(message.body, line, To.CLIENT)
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
