@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
-from mcpfault.proxy.events import read_events
+from mcpfault.faults.engine import Engine
+from mcpfault.proxy.core import ProxyCore
+from mcpfault.proxy.events import MemoryEventSink, read_events
 from tests.conftest import write_profile
 from tests.sdk_support import SamplingModel
 from tests.test_interop import SDK_SERVER, connect, proxied
@@ -82,3 +86,61 @@ async def test_a_late_answer_still_arrives(tmp_path: Path) -> None:
     text, took, _, events = await _ask(tmp_path, 'type = "latency"\ndelay_s = 0.5')
     assert text == f"the model said: {SamplingModel.ANSWER}" and took >= 0.5
     assert [(e["fault_mode"], e["client_received"], e["delay_s"]) for e in events] == [("delay", "response", 0.5)]
+
+
+# -- 2026-07-28: input_required results, answered by a retry carrying inputResponses ------------------
+
+
+def _mrtr_core(rule: str) -> tuple[ProxyCore, MemoryEventSink]:
+    sink = MemoryEventSink()
+    text = f'[[faults]]\nname = "r"\ndirection = "server_to_client"\nmethods = ["sampling/createMessage"]\n{rule}\n'
+    return ProxyCore(Engine(profile.loads(text)), events=sink), sink
+
+
+def _line(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode() + b"\n"
+
+
+ASKED = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
+ANSWER = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+
+
+def _round_trip(core: ProxyCore) -> list[Any]:
+    """tools/call, the server's input_required result, the client's retry: what leaves for the server."""
+    core.from_client(_line({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}))
+    result = {"resultType": "input_required", "inputRequests": {"s1": ASKED}}
+    core.from_server(_line({"jsonrpc": "2.0", "id": 1, "result": result}))
+    retry = {"name": "t", "inputResponses": {"s1": ANSWER}}
+    return core.from_client(_line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": retry}))
+
+
+def test_an_input_response_lost_replaced_or_held_on_its_way_to_the_server() -> None:
+    core, sink = _mrtr_core('type = "timeout"')
+    (emit,) = _round_trip(core)
+    assert json.loads(emit.data)["params"]["inputResponses"] == {}  # the server gets the retry without it
+    assert [(e["method"], e["request_id"], e["client_received"]) for e in sink.records[-1:]] == [
+        ("sampling/createMessage", "s1", "nothing")
+    ]
+    core, _ = _mrtr_core('type = "error"\nmessage = "no model"')
+    (emit,) = _round_trip(core)
+    assert json.loads(emit.data)["params"]["inputResponses"]["s1"] == {"code": -32603, "message": "no model"}
+    core, _ = _mrtr_core('type = "latency"\ndelay_s = 0.25')
+    (emit,) = _round_trip(core)
+    assert emit.delay_s == 0.25 and json.loads(emit.data)["params"]["inputResponses"]["s1"] == ANSWER
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_lost_input_response_makes_a_2026_server_ask_again(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    settings = 'type = "timeout"\nlimit = 1'
+    params = proxied(write_profile(tmp_path, RULE.replace("{settings}", settings)), events, [*SDK_SERVER])
+    model = SamplingModel()
+    with anyio.fail_after(30):
+        async with connect(params, "auto", tmp_path / "stderr.txt", sampling_callback=model) as client:
+            assert client.protocol_version == "2026-07-28"
+            result = await client.call_tool("ask_model_resolved", {"question": "ping?"})
+    assert result.content[0].text == f"the model said: {SamplingModel.ANSWER}"  # type: ignore[union-attr]
+    assert len(model.requests) == 2  # the first answer never reached the server: it asked again
+    lost = [e for e in read_events(events) if e["method"] == "sampling/createMessage"]
+    assert [(e["rule"], e["client_received"]) for e in lost] == [("answer-fault", "nothing")]

@@ -17,7 +17,7 @@ from typing import Annotated
 import anyio
 import mcp.types as types
 from mcp import MCPError
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from pydantic import BaseModel, Field
 
 server = MCPServer("interop-sdk-server")
@@ -119,6 +119,21 @@ async def ask_model(question: str, ctx: Context) -> str:
         return f"the client refused: {exc.error.message}"
     text = answer.content.text if isinstance(answer.content, types.TextContent) else "(not text)"
     _did(f"ask_model answered {text}")
+    return f"the model said: {text}"
+
+
+def _sampled(question: str) -> Sample:
+    return Sample(
+        [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))], max_tokens=20
+    )
+
+
+@server.tool()
+def ask_model_resolved(question: str, answer: Annotated[types.CreateMessageResult, Resolve(_sampled)]) -> str:
+    """Ask the client's model through the SDK's resolver: a sampling request (2025-11-25) or an
+    input_required result answered by a retry with inputResponses (2026-07-28)."""
+    text = answer.content.text if isinstance(answer.content, types.TextContent) else "(not text)"
+    _did(f"ask_model_resolved answered {text}")
     return f"the model said: {text}"
 
 

@@ -225,7 +225,8 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     for found in report.rules:
         rule = found.rule
         read_only = "-" if rule.read_only is None else str(rule.read_only).lower()
-        matches = ", ".join(found.tools) if found.tools else f"NOTHING: {found.why_none}"
+        shown = [*found.tools[:4], f"and {len(found.tools) - 4} more"] if len(found.tools) > 5 else found.tools
+        matches = ", ".join(shown) if found.tools else f"NOTHING: {found.why_none}"
         globs = [f"{kind} {', '.join(getattr(rule, kind))}" for kind in ("tools", "resources", "prompts")]
         named = "; ".join(g for g in globs if not g.endswith(" *")) or "*"
         rules.add_row(rule.name, rule.type_name, ", ".join(sorted(rule.methods)), named, read_only, matches)

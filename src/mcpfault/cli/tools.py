@@ -116,6 +116,7 @@ def _faults(_args: argparse.Namespace) -> int:
     import typing
 
     from mcpfault.faults import settings
+    from mcpfault.faults.base import SERVER_REQUESTS
     from mcpfault.faults.catalog import CATALOG
     from mcpfault.faults.profile import GENERIC_KEYS
 
@@ -124,7 +125,11 @@ def _faults(_args: argparse.Namespace) -> int:
         only = "" if "stdio" in fault_type.transports else " (HTTP only)"
         print(f"{fault_type.type_name}{only}: {doc.split(': ', 1)[-1]}")
         follows = f" (and follows {', '.join(sorted(fault_type.follows))})" if fault_type.follows else ""
-        print(f"    methods: {', '.join(_in_method_order(fault_type.targets))}{follows}")
+        print(f"    methods: {', '.join(_in_method_order(fault_type.targets - SERVER_REQUESTS))}{follows}")
+        if fault_type.targets & SERVER_REQUESTS:
+            print(
+                f"    server_to_client: {', '.join(sorted(fault_type.targets & SERVER_REQUESTS))} (the client's answer)"
+            )
         hints = typing.get_type_hints(fault_type)
         for field in dataclasses.fields(fault_type):  # type: ignore[arg-type]
             default = "(required)" if field.default is dataclasses.MISSING else settings.toml_value(field.default)
@@ -132,7 +137,8 @@ def _faults(_args: argparse.Namespace) -> int:
     print(
         f"every rule also takes: {', '.join(GENERIC_KEYS)}; methods are the requests it acts on "
         '["tools/call"] (each one its type takes); tools, resources (URIs) and prompts are globs over '
-        "the names of each kind of request [all], read_only = true or false "
+        "the names of each kind of request [all], direction = client_to_server or server_to_client (the "
+        "server's requests, acted on in the client's answer) [client_to_server], read_only = true or false "
         "(from the tools' readOnlyHint) [any], probability [1.0], after [0], limit [not set], "
         "start_after_s and duration_s (seconds since the proxy started) [always in force], "
         "sessions (the share of HTTP sessions it acts in) [all]"

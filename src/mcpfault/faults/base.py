@@ -293,6 +293,11 @@ REQUESTS = TOOLS_CALL | READS | frozenset({"resources/subscribe", "resources/uns
 # The requests a server sends the client: a ``direction = "server_to_client"`` rule acts on the client's answer.
 SERVER_REQUESTS = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
 DIRECTIONS = ("client_to_server", "server_to_client")
+# The notifications a rule may name (faults/notification.py), whichever side sends them.
+PROGRESS = "notifications/progress"
+CANCELLED = "notifications/cancelled"
+LIST_CHANGED = frozenset(f"notifications/{kind}/list_changed" for kind in ("tools", "resources", "prompts"))
+NOTIFICATIONS = frozenset({PROGRESS, CANCELLED}) | LIST_CHANGED
 
 
 class FaultBase:

@@ -16,6 +16,7 @@ from mcpfault.faults.http_status import HttpStatus
 from mcpfault.faults.http_stream_cut import StreamCut
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.malformed import Malformed
+from mcpfault.faults.notification import Notification
 from mcpfault.faults.oom_kill import OomKill
 from mcpfault.faults.schema_drift import SchemaDrift
 from mcpfault.faults.stale import Stale
@@ -67,6 +68,7 @@ for _fault_type in (
     SessionExpired,
     FirstByteLatency,
     HeaderMismatch,
+    Notification,
     Crash,
     Stall,
     CpuStarve,

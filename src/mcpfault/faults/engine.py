@@ -251,10 +251,19 @@ class Engine:
             self._refresh()
         return method in self._methods or bool(self._pending)
 
-    def decide(self, call: Call, elapsed_s: float = 0.0) -> Decision:
-        """What happens to ``call``, ``elapsed_s`` seconds after the proxy started (for time windows)."""
+    def acts_on(self, method: str) -> bool:
+        """Whether some rule can act on ``method`` (a notification, a server's request): unlike
+        ``cares_about``, pending rule-set changes do not count, as they are news for a request's span."""
+        if self._live.current is not self._set:
+            self._refresh()
+        return method in self._methods
+
+    def decide(self, call: Call, elapsed_s: float = 0.0, *, with_changes: bool = True) -> Decision:
+        """What happens to ``call``, ``elapsed_s`` seconds after the proxy started (for time windows).
+
+        ``with_changes``: the rule-set changes since the last decision ride on this one (else they wait)."""
         self._refresh()
-        if self._pending:
+        if self._pending and with_changes:
             changes, self._pending = self._pending, ()
             decision = self._decide(call, elapsed_s)
             return dataclasses.replace(decision, changes=changes)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from mcpfault.errors import Problem, ProfileError, UsageError
 from mcpfault.faults import settings
-from mcpfault.faults.base import DIRECTIONS, NAMED_KINDS, REQUESTS, SERVER_REQUESTS, TOOLS_CALL, Fault
+from mcpfault.faults.base import DIRECTIONS, NAMED_KINDS, NOTIFICATIONS, REQUESTS, SERVER_REQUESTS, TOOLS_CALL, Fault
 from mcpfault.faults.catalog import CATALOG, Catalog
 
 GENERIC_KEYS = (
@@ -300,7 +300,10 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
             f"a server_to_client rule names the server requests it acts on: {', '.join(sorted(SERVER_REQUESTS))}",
         )
     methods = _methods(
-        raw.get("methods", ["tools/call"]), report, SERVER_REQUESTS if towards_client else REQUESTS, direction
+        raw.get("methods", ["tools/call"]),
+        report,
+        SERVER_REQUESTS if towards_client else REQUESTS | NOTIFICATIONS,
+        direction,
     )
     probability = _probability(raw.get("probability", 1.0), report)
     read_only = raw.get("read_only")

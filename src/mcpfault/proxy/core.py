@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
-from mcpfault.faults.base import Call, Delivery, HttpBehaviour, ProcessBehaviour
+from mcpfault.faults.base import SERVER_REQUESTS, Call, Delivery, HttpBehaviour, ProcessBehaviour, load_object
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
@@ -182,6 +182,9 @@ class ProxyCore:
         self._initialize: dict[str, Any] | None = None
         self._initialized: bytes | None = None
         self._replay_id: str | None = None  # the replayed initialize, whose answer is the proxy's own
+        # The keys of a 2026-07-28 input_required result's inputRequests -> their methods, until the retry
+        # answers them (bounded: a server may ask and never hear back).
+        self._input_methods: dict[str, str] = {}
 
     @property
     def observers(self) -> tuple[RequestObserver, ...]:
@@ -190,14 +193,29 @@ class ProxyCore:
     # -- client to server ---------------------------------------------------------------------
 
     def from_client(self, line: bytes) -> list[Emit]:
+        if self._input_methods and b'"inputResponses"' in line:
+            # A 2026-07-28 retry carrying the client's answers to a server's input requests: the
+            # server_to_client rules act on those answers, as on a 2025-11-25 client's responses.
+            line, held_s = self._fault_input_responses(line)
+            emits = self._from_client(line)
+            if held_s:
+                return [e._replace(delay_s=e.delay_s + held_s) if e.to is To.SERVER else e for e in emits]
+            return emits
+        return self._from_client(line)
+
+    def _from_client(self, line: bytes) -> list[Emit]:
         message = jsonrpc.parse(line)
         if message.kind is not MessageKind.REQUEST:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.SERVER, line, message.why_opaque)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/cancelled":
                 self._cancelled(message.params.get("requestId"))
+                if self.engine.acts_on(message.method):
+                    return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
                 self._initialized = line
+            elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
+                return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
                 return self._server_request_answered(message.body, line)
             return [Emit(To.SERVER, line)]
@@ -341,7 +359,8 @@ class ProxyCore:
         assert body is not None
         call = Call.from_body(body)
         method = call.method
-        decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
+        acts = self.engine.acts_on(method)
+        decision = self.engine.decide(call, self._clock() - self.epoch, with_changes=False) if acts else PASS
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1
         started = self._clock()
@@ -373,6 +392,109 @@ class ProxyCore:
         self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
         return [] if delivery.data is None else [Emit(To.SERVER, delivery.data, delivery.delay_s)]
 
+    def _notification(self, body: dict[str, Any] | None, line: bytes, to: To) -> list[Emit]:
+        """A notification a rule may act on (lose, hold back, send twice); its event says what became of it."""
+        assert body is not None
+        call = Call.from_body(body)
+        decision = self.engine.decide(call, self._clock() - self.epoch, with_changes=False)
+        if not decision.applied:
+            return [Emit(to, line)]
+        delivery = decision.deliver(line)
+        first = decision.applied[0]
+        self.stats.faults[(first.rule, first.type_name, first.mode)] += 1
+        received = "nothing" if delivery.data is None else "notification"
+        self.stats.received[received] += 1
+        if self._events is not None:
+            record: dict[str, Any] = {
+                "time": "",
+                "request_id": None,
+                "method": call.method,
+                "tool": None,
+                "rule": first.rule,
+                "fault_type": first.type_name,
+                "fault_mode": first.mode,
+                "upstream_contacted": to is To.CLIENT,  # a notification from the server came from it
+                "upstream_request_modified": False,
+                "client_received": received,
+                "duration_s": 0.0,
+                "era": self.era.era.value,
+                "protocol_version": self.era.protocol_version,
+            }
+            if delivery.delay_s:
+                record["delay_s"] = round(delivery.delay_s, 6)
+            self._write_event(record, self._clock())
+        return [] if delivery.data is None else [Emit(to, delivery.data, delivery.delay_s)]
+
+    def _learn_input_requests(self, body: Mapping[str, Any]) -> None:
+        result = body.get("result")
+        if not isinstance(result, Mapping) or result.get("resultType") != "input_required":
+            return
+        asked = result.get("inputRequests")
+        if not isinstance(asked, Mapping):
+            return
+        for key, request in asked.items():
+            method = request.get("method") if isinstance(request, Mapping) else None
+            if isinstance(key, str) and isinstance(method, str):
+                if len(self._input_methods) >= MAX_OBSERVED_SERVER_REQUESTS:
+                    self._input_methods.pop(next(iter(self._input_methods)))
+                self._input_methods[key] = method
+
+    def _fault_input_responses(self, line: bytes) -> tuple[bytes, float]:
+        """The retry with what the rules make of each answer in its inputResponses (an answer lost is
+        left out; a corrupted one replaced; an error in its place), and how long to hold the retry."""
+        body = load_object(line)
+        params = body.get("params") if body is not None else None
+        responses = params.get("inputResponses") if isinstance(params, dict) else None
+        if body is None or not isinstance(params, dict) or not isinstance(responses, dict):
+            return line, 0.0
+        out, held_s = dict(responses), 0.0
+        for key, entry in responses.items():
+            method = self._input_methods.pop(key, None) if isinstance(key, str) else None
+            if method is None:
+                continue
+            asked = {"jsonrpc": "2.0", "id": key, "method": method, "params": {}}
+            decision = self.engine.decide(Call.from_body(asked), self._clock() - self.epoch, with_changes=False)
+            if not decision.applied:
+                continue
+            answer = {"jsonrpc": "2.0", "id": key, "result": entry}
+            delivery = decision.deliver(jsonrpc.encode(dict(decision.reply) if decision.reply is not None else answer))
+            held_s = max(held_s, delivery.delay_s)
+            delivered = load_object(delivery.data) if delivery.data is not None else None
+            if delivery.data is None:
+                del out[key]
+            elif delivered is None:
+                out[key] = delivery.data.decode("utf-8", "replace")  # what arrived was not JSON
+            else:
+                out[key] = delivered.get("result", delivered.get("error", {}))
+            received, error_code = classify(delivery.data, key)
+            first = decision.applied[0]
+            self.stats.faults[(first.rule, first.type_name, first.mode)] += 1
+            self.stats.received[received] += 1
+            if self._events is not None:
+                record: dict[str, Any] = {
+                    "time": "",
+                    "request_id": key,
+                    "method": method,
+                    "tool": None,
+                    "rule": first.rule,
+                    "fault_type": first.type_name,
+                    "fault_mode": first.mode,
+                    "upstream_contacted": True,
+                    "upstream_request_modified": out.get(key) != entry,
+                    "client_received": received,  # what the server got for its input request
+                    "duration_s": 0.0,
+                    "era": self.era.era.value,
+                    "protocol_version": self.era.protocol_version,
+                }
+                if error_code is not None:
+                    record["error_code"] = error_code
+                if delivery.delay_s:
+                    record["delay_s"] = round(delivery.delay_s, 6)
+                self._write_event(record, self._clock())
+        if out == responses:
+            return line, held_s
+        return jsonrpc.encode({**body, "params": {**params, "inputResponses": out}}), held_s
+
     def _cancelled(self, request_id: Any) -> None:
         """The client gave up on a request: the server need not answer it, so stop waiting for it."""
         if not jsonrpc.valid_id(request_id):
@@ -393,11 +515,15 @@ class ProxyCore:
         if message.kind is not MessageKind.RESPONSE:
             if message.kind is MessageKind.OPAQUE:
                 self._opaque(To.CLIENT, line, message.why_opaque)
-            elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.cares_about(message.method)):
+            elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.acts_on(message.method)):
                 self._server_request(message.body)
+            elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
+                return self._notification(message.body, line, To.CLIENT)
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
+        if b'"input_required"' in line and any(self.engine.acts_on(m) for m in SERVER_REQUESTS):
+            self._learn_input_requests(body)
         if self._replay_id is not None and body["id"] == self._replay_id:
             # The restarted server's answer to the replayed initialize: the client already has one.
             self._replay_id = None

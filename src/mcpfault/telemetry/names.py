@@ -80,6 +80,7 @@ EVENT_STREAM_CUT: Final = "mcpfault.stream_cut"
 EVENT_SESSION_EXPIRED: Final = "mcpfault.session_expired"
 EVENT_FIRST_BYTE_DELAY: Final = "mcpfault.first_byte_delay"
 EVENT_HEADER_MISMATCH: Final = "mcpfault.header_mismatch"  # a request header made to disagree with its body
+EVENT_NOTIFICATION: Final = "mcpfault.notification"  # a notification lost, late, doubled, reordered or invented
 EVENT_CRASH: Final = "mcpfault.crash"
 EVENT_STALL: Final = "mcpfault.stall"
 EVENT_CPU_STARVE: Final = "mcpfault.cpu_starve"
