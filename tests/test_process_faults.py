@@ -6,6 +6,7 @@ after the test, no process carrying the tag may be left (the orphan check reads 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -169,16 +170,53 @@ def test_crash_without_restart_is_a_real_server_death(tmp_path: Path) -> None:
 def test_crash_after_lets_the_server_act_first(tmp_path: Path) -> None:
     proxy = raw_proxy(
         tmp_path,
-        '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.5\ntools = ["spawn_child"]\n',
+        '[[faults]]\ntype = "crash"\nwhen = "after"\nafter_s = 0.5\ntools = ["spawn_child"]\nafter = 1\n',
     )
     try:
         proxy.send(call(1, "spawn_child"))
-        child_pid = int(tool_text(proxy.read_json()))  # it answered before the kill
+        child_pid = int(tool_text(proxy.read_json()))  # the first call: no fault
+        proxy.send(call(2, "spawn_child"))
+        answer = proxy.read_json()  # it acted (spawned a second child); its answer is lost with it
+        assert answer["id"] == 2 and answer["error"]["data"]["mcpfault"]["reason"] == "upstream_exited"
         assert proxy.wait() == 137
         assert proxy.events()[-1]["fault_mode"] == "after"
         deadline = time.monotonic() + 5
         while os.path.exists(f"/proc/{child_pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)  # the grandchild went with the server's process group
+            time.sleep(0.05)  # the grandchildren went with the server's process group (the fixture checks)
+        assert not os.path.exists(f"/proc/{child_pid}")
+    finally:
+        proxy.close()
+
+
+def test_crash_after_kills_at_the_answer_which_is_lost_and_the_write_stands(tmp_path: Path) -> None:
+    """when = "after" over stdio: the server answers, the answer is held and the server killed at once
+    (not after_s later), so a write has always happened and the client always learns of a restart:
+    the same outcome on every run, whatever the load."""
+    from mcpfault.mock.world import World
+
+    journal = tmp_path / "journal.jsonl"
+    mock = [sys.executable, "-m", "mcpfault.mock", "--seed", "7", "--journal", str(journal)]
+    text = (
+        '[server]\nrestart = "on-crash"\nrestart_delay_s = 0.1\n'
+        '[[faults]]\ntype = "crash"\nsignal = "SIGTERM"\nwhen = "after"\nafter_s = 60\n'
+        'tools = ["open_incident"]\nlimit = 1\n'
+    )
+    proxy = ProxyProcess(write_profile(tmp_path, text), tmp_path, server=mock)
+    try:
+        proxy.send(request(0, "initialize", LEGACY_INIT))
+        assert "result" in proxy.read_json(timeout=20)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        device = World.generate(7).device_ids()[0]
+        arguments = {"device_id": device, "summary": "lost answer", "severity": "low"}
+        proxy.send(call(1, "open_incident", **arguments))
+        answer = proxy.read_json(timeout=20)  # far sooner than after_s: the kill came with the answer
+        assert answer["id"] == 1 and answer["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        assert [json.loads(line)["tool"] for line in journal.read_text().splitlines()] == ["open_incident"]
+        proxy.send(call(2, "open_incident", **arguments))  # the client's retry: a second incident
+        assert "structuredContent" in proxy.read_json(timeout=20)["result"]
+        assert len(journal.read_text().splitlines()) == 2
+        [event] = [e for e in proxy.events() if e.get("fault_mode") == "after"]
+        assert event["client_received"] == "server_restarted" and event["upstream_contacted"] is True
     finally:
         proxy.close()
 

@@ -177,12 +177,31 @@ class ProcessBehaviour:
 
     ``perform`` runs before the triggering request is forwarded; with ``before_request`` the request
     is never forwarded (the server is gone before it could see it).
+
+    With ``answer_lost`` the server's answer to the request never reaches the client: a transport that
+    can hold it (the stdio proxy) keeps the request in flight and calls ``at_answer`` instead, and the
+    request is answered as every request in flight is when the server's fate is known. That makes "the
+    server acted, then died before its answer left" the same on every run, whatever the machine's load.
     """
 
     before_request: ClassVar[bool] = False
+    answer_lost: ClassVar[bool] = False
 
     def perform(self, server: ServerProcessOps) -> None:
         raise NotImplementedError
+
+    def at_answer(self, server: ServerProcessOps) -> None:
+        """What happens when the server answers (``answer_lost`` only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AtAnswer(ProcessBehaviour):
+    """A behaviour's ``at_answer``, as a behaviour a transport performs like any other."""
+
+    behaviour: ProcessBehaviour
+
+    def perform(self, server: ServerProcessOps) -> None:
+        self.behaviour.at_answer(server)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,15 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
-from mcpfault.faults.base import SERVER_REQUESTS, Call, Delivery, HttpBehaviour, ProcessBehaviour, load_object
+from mcpfault.faults.base import (
+    SERVER_REQUESTS,
+    AtAnswer,
+    Call,
+    Delivery,
+    HttpBehaviour,
+    ProcessBehaviour,
+    load_object,
+)
 from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
@@ -178,6 +186,9 @@ class ProxyCore:
         self._held_events: dict[tuple[bool, object], _HeldEvent] = {}
         # The server's restarts so far, when a supervisor restarts it (None: a server that is not).
         self.generation: int | None = None
+        # The transport holds an answer a process fault loses, and performs its at_answer (see
+        # ProcessBehaviour.answer_lost); without it the answer goes out and the fault acts on its timer.
+        self.holds_lost_answers = False
         # The client's handshake, kept to replay to a restarted server (2025-11-25 era).
         self._initialize: dict[str, Any] | None = None
         self._initialized: bytes | None = None
@@ -532,6 +543,11 @@ class ProxyCore:
         if pending is None:
             return [Emit(To.CLIENT, line)]  # an answer to nothing we forwarded: not ours to judge
         decision = pending.decision
+        process = decision.process
+        if process is not None and process.answer_lost and self.holds_lost_answers:
+            # The server acted; it dies before its answer leaves. The request waits for its fate.
+            self._track(pending)
+            return [Emit(To.SERVER, b"", process=AtAnswer(process))]
         watch_responses = self.engine.wants_responses  # read per response: a rule added at run time may need them
         deferring = self._deferring
         if decision is PASS and deferring is not None and self._events is None and not watch_responses:

@@ -86,6 +86,7 @@ class StdioProxy:
         self._started = 0.0
         if server.settings.restart != "never":
             core.generation = server.generation
+        core.holds_lost_answers = True  # its relay performs what from_server returns (see _relay)
 
     def _in_loop(self, function: Callable[..., object], *args: object) -> None:
         """Run ``function`` on the event loop's thread, from whichever thread we are on (in order,
