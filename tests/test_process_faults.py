@@ -23,7 +23,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
-from mcpfault.proxy.events import read_events
+from mcpfault.proxy.events import read_events, read_server_events
 from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
 from tests.http_support import HttpProxyProcess, free_port
 
@@ -545,6 +545,12 @@ async def test_a_request_in_flight_when_a_started_http_server_dies_gets_the_rest
             ("whoami", "response"),
         ]
         assert calls[1]["upstream_contacted"] is True  # the server had it: it may have acted
+        lifecycle = [(r["event"], r.get("cause"), r.get("generation")) for r in read_server_events(proxy.events_file)]
+        assert lifecycle == [
+            ("server_exited", "crash", 0),
+            ("server_restarted", "crash", 1),
+            ("server_back", "crash", None),
+        ]
     finally:
         proxy.close()
 
