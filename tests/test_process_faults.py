@@ -598,6 +598,22 @@ async def test_arrivals_while_a_started_http_server_is_down_are_held_then_time_o
         proxy.close()
 
 
+@pytest.mark.anyio
+async def test_sigterm_during_a_started_http_servers_restart_window_ends_the_proxy_at_once(tmp_path: Path) -> None:
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 10\n')
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("spin", {"iterations": SPIN_LONG})
+        started = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(20) == 137  # the dead server's status: the delay was cut short, no restart
+        assert time.monotonic() - started < 3
+    finally:
+        proxy.close()
+
+
 # -- ending the proxy ---------------------------------------------------------------------------------
 
 
