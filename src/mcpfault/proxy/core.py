@@ -385,7 +385,12 @@ class ProxyCore:
             if delivery.delay_s:
                 record["delay_s"] = round(delivery.delay_s, 6)
             self._write_event(record, self._clock())
-        return [] if delivery.data is None else [Emit(to, delivery.data, delivery.delay_s)]
+        if delivery.data is None:
+            return []
+        # One message per line (a duplicate is two); without the newline when the transport gave none (HTTP).
+        framed = line.endswith(b"\n")
+        parts = [p if framed else p.rstrip(b"\r\n") for p in delivery.data.splitlines(keepends=True)]
+        return [Emit(to, part, delivery.delay_s) for part in parts]
 
     def _learn_input_requests(self, body: Mapping[str, Any]) -> None:
         result = body.get("result")
