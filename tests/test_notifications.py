@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
@@ -15,6 +16,7 @@ from mcpfault.faults.engine import Engine
 from mcpfault.proxy.core import ProxyCore, To
 from mcpfault.proxy.events import MemoryEventSink, read_events
 from tests.conftest import call, write_profile
+from tests.http_support import http_proxy, sdk_server
 from tests.sdk_support import Progress
 from tests.test_interop import SDK_SERVER, connect, proxied
 
@@ -48,7 +50,7 @@ limit = 1
 """
     )
     first, second, third = (core.from_server(_progress(n)) for n in (1, 2, 3))
-    assert [(e.to, e.data) for e in first] == [(To.CLIENT, _progress(1) * 2)]
+    assert [(e.to, e.data) for e in first] == [(To.CLIENT, _progress(1))] * 2
     assert second == []
     assert [e.data for e in third] == [_progress(3)]
     assert [(e["rule"], e["fault_mode"], e["client_received"]) for e in sink.records] == [
@@ -119,3 +121,23 @@ async def test_the_sdk_client_copes_with_lost_doubled_and_reordered_progress(tmp
     assert doubled == [1, 1, 2, 3, 4] and text == "done after 4 steps"  # the client takes both: no dedup
     late, text, _ = await _countdown(tmp_path / "reordered", 'mode = "reorder"\ndelay_s = 0.5\nlimit = 1')
     assert sorted(late) == [1, 2, 3, 4] and late[0] != 1 and text == "done after 4 steps"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_progress_lost_and_doubled_in_a_streamable_http_response(tmp_path: Path) -> None:
+    for settings, expected in (
+        ('mode = "drop"\nafter = 1\nlimit = 1', [1, 3, 4]),
+        ('mode = "duplicate"\nlimit = 1', [1, 1, 2, 3, 4]),
+    ):
+        directory = tmp_path / str(len(expected))
+        directory.mkdir()
+        profile_path = write_profile(directory, PROGRESS_RULE.replace("{settings}", settings))
+        with sdk_server(directory) as server, http_proxy(profile_path, server.url, directory) as proxy:
+            progress = Progress()
+            with anyio.fail_after(30):
+                async with Client(proxy.url, mode="legacy", read_timeout_seconds=10) as client:
+                    result = await client.call_tool("countdown", {"steps": 4}, progress_callback=progress)
+            faulted = [e["fault_mode"] for e in proxy.events() if e["method"] == "notifications/progress"]
+        assert progress.values() == expected and result.content[0].text == "done after 4 steps"  # type: ignore[union-attr]
+        assert faulted == [settings.split('"')[1]]

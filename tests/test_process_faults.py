@@ -24,7 +24,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
-from mcpfault.proxy.events import read_events
+from mcpfault.proxy.events import read_events, read_server_events
 from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
 from tests.http_support import HttpProxyProcess, free_port
 
@@ -583,6 +583,12 @@ async def test_a_request_in_flight_when_a_started_http_server_dies_gets_the_rest
             ("whoami", "response"),
         ]
         assert calls[1]["upstream_contacted"] is True  # the server had it: it may have acted
+        lifecycle = [(r["event"], r.get("cause"), r.get("generation")) for r in read_server_events(proxy.events_file)]
+        assert lifecycle == [
+            ("server_exited", "crash", 0),
+            ("server_restarted", "crash", 1),
+            ("server_back", "crash", None),
+        ]
     finally:
         proxy.close()
 
@@ -626,6 +632,22 @@ async def test_arrivals_while_a_started_http_server_is_down_are_held_then_time_o
         assert received[:2] == ["server_restarted", "timeout"] and received[-1] == "response"
         assert set(received[1:-1]) == {"timeout"} and calls[1]["upstream_contacted"] is False
         assert calls[-1]["server_generation"] == 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.anyio
+async def test_sigterm_during_a_started_http_servers_restart_window_ends_the_proxy_at_once(tmp_path: Path) -> None:
+    proxy = started_http_server(tmp_path, '[server]\nrestart = "on-crash"\nrestart_delay_s = 10\n')
+    try:
+        with anyio.fail_after(60):
+            async with Client(proxy.url, mode="auto", read_timeout_seconds=30) as client:
+                with pytest.raises(MCPError, match="restarted"):
+                    await client.call_tool("spin", {"iterations": SPIN_LONG})
+        started = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(20) == 137  # the dead server's status: the delay was cut short, no restart
+        assert time.monotonic() - started < 3
     finally:
         proxy.close()
 

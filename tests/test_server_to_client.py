@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
@@ -17,6 +18,7 @@ from mcpfault.faults.engine import Engine
 from mcpfault.proxy.core import ProxyCore
 from mcpfault.proxy.events import MemoryEventSink, read_events
 from tests.conftest import write_profile
+from tests.http_support import http_proxy, sdk_server
 from tests.sdk_support import SamplingModel
 from tests.test_interop import SDK_SERVER, connect, proxied
 
@@ -144,3 +146,23 @@ async def test_a_lost_input_response_makes_a_2026_server_ask_again(tmp_path: Pat
     assert len(model.requests) == 2  # the first answer never reached the server: it asked again
     lost = [e for e in read_events(events) if e["method"] == "sampling/createMessage"]
     assert [(e["rule"], e["client_received"]) for e in lost] == [("answer-fault", "nothing")]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("settings", "answer"), [('type = "timeout"', "no answer"), ('type = "latency"\ndelay_s = 0.4', "said")]
+)
+async def test_the_clients_answer_over_http_lost_or_held(tmp_path: Path, settings: str, answer: str) -> None:
+    profile_path = write_profile(tmp_path, RULE.replace("{settings}", settings))
+    model = SamplingModel()
+    with sdk_server(tmp_path) as server, http_proxy(profile_path, server.url, tmp_path) as proxy:
+        with anyio.fail_after(30):
+            async with Client(proxy.url, mode="legacy", read_timeout_seconds=10, sampling_callback=model) as client:
+                started = time.monotonic()
+                result = await client.call_tool("ask_model", {"question": "ping?"})
+                took = time.monotonic() - started
+        events = [e for e in proxy.events() if e["method"] == "sampling/createMessage"]
+    assert answer in result.content[0].text  # type: ignore[union-attr]
+    assert len(model.requests) == 1 and took >= 0.4
+    assert [e["rule"] for e in events] == ["answer-fault"]

@@ -5,7 +5,8 @@ On ``notifications/progress``: ``drop``, ``delay`` (``delay_s`` later), ``duplic
 (and the prompts and resources ones) and ``notifications/cancelled``: ``drop``. ``false`` fires on a
 request instead and sends the client the list change named by ``announce`` at once, though nothing
 changed. A rule's ``methods`` name the notifications (or, for ``false``, the requests) it acts on.
-Over stdio only, for now: an HTTP proxy leaves notifications alone.
+Over HTTP the events of one response stream stay in order: a held notification holds those after it
+too, so ``reorder`` acts as ``delay`` there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from mcpfault.faults.base import (
     NOTIFICATIONS,
     PROGRESS,
     REQUESTS,
-    STDIO,
     Call,
     Delivery,
     FaultBase,
@@ -47,7 +47,6 @@ class Notification(FaultBase):
     MODES: ClassVar[tuple[str, ...]] = ("drop", "delay", "duplicate", "reorder", "false")
     event_name: ClassVar[str] = names.EVENT_NOTIFICATION
     targets: ClassVar[frozenset[str]] = NOTIFICATIONS | REQUESTS
-    transports: ClassVar[frozenset[str]] = frozenset({STDIO})  # one notification per line; not yet in SSE streams
 
     mode: Mode = "drop"
     # Seconds a delayed or reordered notification is held back.
@@ -66,6 +65,12 @@ class Notification(FaultBase):
         if self.mode == "drop":
             return Injection("drop", response=lambda _data: Delivery(None))
         if self.mode == "duplicate":
-            return Injection("duplicate", response=lambda data: Delivery(data + data))
+            return Injection("duplicate", response=_twice)
         delay_s = self.delay_s
         return Injection(self.mode, response=lambda data: Delivery(data, delay_s))
+
+
+def _twice(data: bytes) -> Delivery:
+    """The notification, then the same again: two lines (the transport sends each as its own message)."""
+    line = data if data.endswith(b"\n") else data + b"\n"
+    return Delivery(line + line)

@@ -597,7 +597,8 @@ def _process_section(
         "What the proxy's supervisor recorded in each session's events file: **crashes** (deaths with a "
         "non-zero status or caused by a fault), **restarts** after them, and **server downtime**, from a "
         "death to the first answer of the restarted server (`p50 / max (n)`; `lost` counts windows the "
-        f"session ended in). `{OWN_EXIT}` is a server that died by itself; `control` one the control API ended. "
+        f"session ended in). `{OWN_EXIT}` is a server that died by itself; `control` one the control API ended; "
+        "a stall or a starved CPU leaves the server alive, so it has no downtime here, only the client's cost. "
         "**Client recovery** is over the recovered tasks the fault type affected: from the first affected "
         "attempt to the task's correct completion. The outcome columns count the tasks it touched.",
         "",

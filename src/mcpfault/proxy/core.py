@@ -400,7 +400,8 @@ class ProxyCore:
             return [Emit(To.SERVER, line)]
         answer = jsonrpc.encode(dict(decision.reply)) if decision.reply is not None else line
         delivery = decision.deliver(answer)
-        self._record(pending, delivery, upstream_contacted=True, arrived=arrived)
+        # Written now, the delay in it: a held answer's release is keyed by the client's request ids.
+        self._record(pending, delivery, upstream_contacted=True, arrived=arrived, hold=False)
         return [] if delivery.data is None else [Emit(To.SERVER, delivery.data, delivery.delay_s)]
 
     def _notification(self, body: dict[str, Any] | None, line: bytes, to: To) -> list[Emit]:
@@ -434,7 +435,12 @@ class ProxyCore:
             if delivery.delay_s:
                 record["delay_s"] = round(delivery.delay_s, 6)
             self._write_event(record, self._clock())
-        return [] if delivery.data is None else [Emit(to, delivery.data, delivery.delay_s)]
+        if delivery.data is None:
+            return []
+        # One message per line (a duplicate is two); without the newline when the transport gave none (HTTP).
+        framed = line.endswith(b"\n")
+        parts = [p if framed else p.rstrip(b"\r\n") for p in delivery.data.splitlines(keepends=True)]
+        return [Emit(to, part, delivery.delay_s) for part in parts]
 
     def _learn_input_requests(self, body: Mapping[str, Any]) -> None:
         result = body.get("result")
@@ -727,6 +733,7 @@ class ProxyCore:
         error_code: int | None = None,
         event: bool = True,
         arrived: float | None = None,
+        hold: bool = True,
     ) -> None:
         """``arrived``: when the answer that ends the request reached the proxy (core clock); None when
         none did, so the proxy's share of an upstream round trip cannot be timed."""
@@ -789,7 +796,7 @@ class ProxyCore:
             record["error_code"] = error_code
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
-        if delay_s > 0 and delivery.data is not None and call.request_id is not None:
+        if hold and delay_s > 0 and delivery.data is not None and call.request_id is not None:
             # The client gets this answer only after the delay: the event waits for it (or for a cancel).
             key = jsonrpc.id_key(call.request_id)
             earlier = self._held_events.pop(key, None)

@@ -230,6 +230,12 @@ class HttpProxy:
         to_client = [e for e in emits if e.to is To.CLIENT]
         exchange = Exchange(request, core, body, session_id, self._limits)
         try:
+            if upstream is None and not to_client and exchange.request_id is None:
+                # A message that asks for no answer (the client's answer to a server request, a
+                # notification) that a fault kept from the server: accepted, as the server would have.
+                return web.Response(status=202)
+            if upstream is not None and upstream.delay_s and exchange.request_id is None:
+                await asyncio.sleep(upstream.delay_s)  # a client's answer a fault holds back
             if upstream is None:
                 response = await exchange.answer_locally(to_client)
                 if session_id and response.status == 404:
