@@ -262,6 +262,40 @@ limit = 1
         proxy.close()
 
 
+def test_a_held_request_the_client_cancels_never_reaches_the_restarted_server(tmp_path: Path) -> None:
+    text = """
+[server]
+restart = "on-crash"
+restart_delay_s = 1.0
+hold_s = 10
+
+[[faults]]
+type = "crash"
+tools = ["whoami"]
+limit = 1
+"""
+    proxy = raw_proxy(tmp_path, text)
+    try:
+        proxy.send(call(1, "whoami"))
+        assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        proxy.send(call(2, "echo", text="given up on"))  # held: the server is down
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n')
+        proxy.send(call(3, "echo", text="still wanted"))
+        answer = proxy.read_json(timeout=20)  # the server answers in order: 2 would come first
+        assert answer["id"] == 3 and tool_text(answer) == "still wanted"
+    finally:
+        proxy.close()
+
+
+def test_without_cancelled_drops_a_cancelled_request_and_its_cancellation_only() -> None:
+    from mcpfault.proxy.stdio import without_cancelled
+
+    cancel = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%s}}\n'
+    lines = [call(1, "echo", text="a"), call("two", "echo", text="b"), cancel % b'"two"', cancel % b"9", call(3, "x")]
+    assert without_cancelled(lines) == [lines[0], lines[3], lines[4]]  # 9 was not held: its cancellation goes on
+    assert without_cancelled(lines[:2]) == lines[:2]
+
+
 def test_a_held_request_times_out_when_the_server_is_not_back(tmp_path: Path) -> None:
     text = """
 [server]

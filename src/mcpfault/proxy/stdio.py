@@ -208,8 +208,9 @@ class StdioProxy:
         """The server is back: what waited for it goes out, in order, before anything newer."""
         with self._server_lock:
             held, self._held = self._held, []
-            if held and not self._client_gone:
-                self._to_server.write(b"".join(line for _, line in held))
+            lines = without_cancelled([line for _, line in held])
+            if lines and not self._client_gone:
+                self._to_server.write(b"".join(lines))
             self._server_up = True
 
     async def _expire_held(self) -> None:
@@ -378,7 +379,8 @@ class StdioProxy:
             if self._server_up:
                 self._to_server.write(data)
             else:
-                self._held.append((time.monotonic(), data))
+                now = time.monotonic()
+                self._held.extend((now, line) for line in lines)  # a line each: expired and cancelled one by one
 
     # -- the event loop side ----------------------------------------------------------------------
 
@@ -488,3 +490,30 @@ async def run_stdio(
 def server_observers(core: ProxyCore) -> list[ServerObserver]:
     """The core's observers that also watch the server (the metrics)."""
     return [o for o in core.observers if isinstance(o, ServerObserver)]
+
+
+def without_cancelled(lines: list[bytes]) -> list[bytes]:
+    """Held lines, less the requests the client cancelled while they waited, and those cancellations:
+    a server that never saw a request must not act on it after the client gave up (as a proxy that
+    queues requests for a restarting upstream drops the ones whose client went away)."""
+    if not any(b"notifications/cancelled" in line for line in lines):
+        return lines
+    parsed = [(line, *_request_or_cancel(line)) for line in lines]
+    held = {key for _, key, _ in parsed if key is not None}
+    gone = {cancels for _, _, cancels in parsed if cancels is not None and cancels in held}
+    return [line for line, key, cancels in parsed if key not in gone and cancels not in gone]
+
+
+def _request_or_cancel(line: bytes) -> tuple[tuple[bool, object] | None, tuple[bool, object] | None]:
+    """(the id key of a request, the id key a cancellation names): None where the line is not one."""
+    message = jsonrpc.parse(line)
+    body = message.body
+    if body is None:
+        return None, None
+    if message.kind is MessageKind.REQUEST:
+        return jsonrpc.id_key(body.get("id")), None
+    params = body.get("params")
+    cancels = message.kind is MessageKind.NOTIFICATION and body.get("method") == "notifications/cancelled"
+    if cancels and isinstance(params, dict) and jsonrpc.valid_id(params.get("requestId")):
+        return None, jsonrpc.id_key(params["requestId"])
+    return None, None
