@@ -346,10 +346,7 @@ class TelemetryObserver(ServerObserver):
         if cached is None:
             if len(self._client_endings) >= _MAX_ENDINGS:
                 self._client_endings.clear()
-            attributes: dict[str, Any] = {names.MCP_METHOD_NAME: call.method}
-            if target is not None:
-                attributes[names.GEN_AI_TOOL_NAME] = target
-                attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+            attributes = _request_attributes(call.method, target)
             if outcome.protocol_version:
                 attributes[names.MCP_PROTOCOL_VERSION] = outcome.protocol_version
             if outcome.error_code is not None:
@@ -430,10 +427,7 @@ class TelemetryObserver(ServerObserver):
         """What every request ending like ``outcome`` has in common: attributes but the request id,
         the status, the name."""
         call = outcome.call
-        attributes: dict[str, Any] = {names.MCP_METHOD_NAME: call.method}
-        if target is not None:
-            attributes[names.GEN_AI_TOOL_NAME] = target
-            attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+        attributes = _request_attributes(call.method, target)
         if outcome.decision.applied:
             first = outcome.decision.applied[0]
             attributes[names.FAULT_TYPE] = first.type_name
@@ -455,6 +449,15 @@ class TelemetryObserver(ServerObserver):
             attributes[names.ERROR_TYPE] = error_type
             error = (outcome.received,)
         return encode_attributes(attributes), error, span_name(call.method, target)
+
+
+def _request_attributes(method: str, target: str | None) -> dict[str, Any]:
+    """What names the request on both of its spans (SERVER and the leg's CLIENT)."""
+    attributes: dict[str, Any] = {names.MCP_METHOD_NAME: method}
+    if target is not None:
+        attributes[names.GEN_AI_TOOL_NAME] = target
+        attributes[names.GEN_AI_OPERATION_NAME] = names.GEN_AI_OPERATION_EXECUTE_TOOL
+    return attributes
 
 
 def _error_type(outcome: Finished) -> str | None:
