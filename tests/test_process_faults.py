@@ -238,8 +238,7 @@ def test_supervisor_restarts_a_server_that_exits_by_itself(tmp_path: Path) -> No
         proxy.close()
 
 
-def test_requests_during_the_restart_are_held_then_answered(tmp_path: Path) -> None:
-    text = """
+RESTARTING_SLOWLY = """
 [server]
 restart = "on-crash"
 restart_delay_s = 1.0
@@ -250,10 +249,18 @@ type = "crash"
 tools = ["whoami"]
 limit = 1
 """
-    proxy = raw_proxy(tmp_path, text)
+
+
+def crash_it(proxy: ProxyProcess) -> None:
+    """The first whoami kills the server: its request learns of the restart; what follows is held."""
+    proxy.send(call(1, "whoami"))
+    assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+
+
+def test_requests_during_the_restart_are_held_then_answered(tmp_path: Path) -> None:
+    proxy = raw_proxy(tmp_path, RESTARTING_SLOWLY)
     try:
-        proxy.send(call(1, "whoami"))
-        assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        crash_it(proxy)
         proxy.send(call(2, "echo", text="held"))
         started = time.monotonic()
         assert tool_text(proxy.read_json(timeout=20)) == "held"
@@ -263,21 +270,9 @@ limit = 1
 
 
 def test_a_held_request_the_client_cancels_never_reaches_the_restarted_server(tmp_path: Path) -> None:
-    text = """
-[server]
-restart = "on-crash"
-restart_delay_s = 1.0
-hold_s = 10
-
-[[faults]]
-type = "crash"
-tools = ["whoami"]
-limit = 1
-"""
-    proxy = raw_proxy(tmp_path, text)
+    proxy = raw_proxy(tmp_path, RESTARTING_SLOWLY)
     try:
-        proxy.send(call(1, "whoami"))
-        assert proxy.read_json()["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
+        crash_it(proxy)
         proxy.send(call(2, "echo", text="given up on"))  # held: the server is down
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n')
         proxy.send(call(3, "echo", text="still wanted"))
