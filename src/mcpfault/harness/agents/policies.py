@@ -264,37 +264,14 @@ class Resilient(RetryOnly):
             assert self.task is not None
             args["idempotency_key"] = f"{self.task.tag}-{self._keys}"
         safe = info is not None and (info.read_only or info.idempotent or "idempotency_key" in args)
-        attempts = self.max_attempts if "retries" in self.enabled else 1
-        slept = 0.0
-        for attempt in range(attempts):
-            if "breaker" in self.enabled:
-                self.breaker.check()
-            failure: CallError | None = None
-            try:
-                result = await self._attempt(tool, self._renamed_args(tool, args), attempt + 1, slept)
-            except ProtocolError as exc:
-                renamed = exc.code == jsonrpc.INVALID_PARAMS and "reconcile" in self.enabled and attempt < attempts - 1
-                if renamed and await self._reconcile_input(tool):
-                    slept = 0.0
-                    continue  # same call, new argument names: not a retry of a failure
-                self.breaker.record(False)
-                if not self._may_retry(exc, safe, attempt, attempts):
-                    raise
-                failure = exc
-            except CallError as exc:
-                self.breaker.record(False)
-                if isinstance(exc, SessionLost):
-                    await self._new_session()
-                if not self._may_retry(exc, safe, attempt, attempts):
-                    raise
-                failure = exc
-            else:
-                self.breaker.record(True)
-                return result
-            if "budget" in self.enabled:
-                self.budget.spend()
-            slept = await self.backoff(attempt, failure)
-        raise AssertionError("unreachable")
+
+        async def reconciled(exc: ProtocolError, attempt: int, attempts: int) -> bool:
+            renamed = exc.code == jsonrpc.INVALID_PARAMS and "reconcile" in self.enabled and attempt < attempts - 1
+            return renamed and await self._reconcile_input(tool)
+
+        return await self._guarded(
+            lambda n, slept: self._attempt(tool, self._renamed_args(tool, args), n, slept), safe, reconciled
+        )
 
     async def backoff(self, attempt: int, exc: CallError | None = None) -> float:
         """The server's Retry-After when it gave one (429, 503), else the jittered backoff."""
@@ -322,31 +299,46 @@ class Resilient(RetryOnly):
                 await self.backoff(attempt, exc)
 
     async def read(self, uri: str) -> Any:
+        self.stats.calls += 1
+        self.budget.calls += 1
         return await self._guarded(lambda n, slept: self._read_attempt(uri, n, slept))
 
     async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        self.stats.calls += 1
+        self.budget.calls += 1
         answer: str = await self._guarded(
             lambda n, slept: self.client.get_prompt(name, arguments, attempt=n, backoff_s=slept)
         )
         return answer
 
-    async def _guarded(self, send: Send) -> Any:
-        """A read (a resource, a prompt) behind the breaker and the budget; safe to retry, as reads are."""
-        self.stats.calls += 1
-        self.budget.calls += 1
+    async def _guarded(
+        self,
+        send: Send,
+        safe: bool = True,
+        reconciled: Callable[[ProtocolError, int, int], Awaitable[bool]] | None = None,
+    ) -> Any:
+        """One call behind the breaker, the retries and the budget. ``safe``: whether a failed attempt
+        may be retried (reads are); ``reconciled``: whether a protocol error was a renamed argument
+        now translated, so the same call goes again and it is not a retry of a failure."""
         attempts = self.max_attempts if "retries" in self.enabled else 1
         slept = 0.0
         for attempt in range(attempts):
             if "breaker" in self.enabled:
                 self.breaker.check()
-            failure: CallError | None = None
             try:
                 result = await send(attempt + 1, slept)
             except CallError as exc:
+                if (
+                    isinstance(exc, ProtocolError)
+                    and reconciled is not None
+                    and await reconciled(exc, attempt, attempts)
+                ):
+                    slept = 0.0
+                    continue
                 self.breaker.record(False)
                 if isinstance(exc, SessionLost):
                     await self._new_session()
-                if not self._may_retry(exc, True, attempt, attempts):
+                if not self._may_retry(exc, safe, attempt, attempts):
                     raise
                 failure = exc
             else:
