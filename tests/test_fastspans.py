@@ -282,15 +282,19 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     slow = TelemetryObserver(recorder, None, annotate=lambda outcome: ({}, []))  # an annotation: the slow path
     slow._clock = fast._clock  # one clock: each observer takes its own offset to Unix time
     core = ProxyCore(Engine(profile.loads("")), observers=[fast])
+    answered: list[tuple[Any, Any]] = []  # what the core hands the observer: the request and its raw answer
+    answer_plain = fast.answered_plain
+    fast.answered_plain = lambda pending, raw: (answered.append((pending, raw)), answer_plain(pending, raw))[-1]  # type: ignore[method-assign]
     for _ in range(2):  # the second span of a kind comes from the template the first made
         core.from_client(request_line + b"\n")
         core.from_server(answer + b"\n")
     assert len(queued) == 2
-    for handle, _build, raw in queued:
-        outcome = fast._plain_finished(*raw)  # a plain request's span is built from its raw answer
+    for (handle, _build, kept), (pending, raw) in zip(queued, answered, strict=True):
+        outcome = fast._plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
         templated = fast._ending(handle, outcome)
         assert isinstance(templated, bytes)
-        assert fast._plain_ending(handle, raw) == templated  # the shortcut from the raw answer: the same
+        assert fast._plain_ending(handle, kept) == templated  # the shortcut from what the queue kept: the same
+        assert fast._ending(handle, fast._finished_of(kept)) == templated  # and when its template is gone
         ending = slow._ending(handle, outcome)
         assert not isinstance(ending, bytes)
         attributes, events, error, end_ns, name = ending

@@ -136,6 +136,10 @@ class DeferringObserver(RequestObserver, Protocol):
         """As ``started`` for ``Call.from_body(body)`` and no decision; returns the token."""
         ...
 
+    def propagated_line(self, line: bytes, body: dict[str, Any], token: Any) -> bytes | None:
+        """``line`` carrying the context of ``token``'s span upstream, or None to edit it the general way."""
+        ...
+
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
         """As ``finished``, for an answer relayed untouched."""
         ...
@@ -256,8 +260,11 @@ class ProxyCore:
             # Traced, and nothing can happen to it: the span's ids now (they go upstream), the rest
             # on the span writer's thread.
             started = self._clock()
-            tokens = (deferring.started_plain(body, started),)
-            upstream = self._with_context_line(line, body, tokens) if self._propagate else line
+            token = deferring.started_plain(body, started)
+            tokens = (token,)
+            upstream = line
+            if self._propagate and token is not None:
+                upstream = deferring.propagated_line(line, body, token) or self._with_context_line(line, body, tokens)
             self._track(InFlight(body, PASS, started, tokens, self._clock() - started))
             return [Emit(To.SERVER, upstream)]
         call = Call.from_body(body)

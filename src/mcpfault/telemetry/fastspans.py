@@ -48,6 +48,7 @@ _ZERO_SPAN: Final = "0" * 16
 
 MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
+_SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
 YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
@@ -101,7 +102,7 @@ class SpanHandle:
 
     @property
     def recording(self) -> bool:
-        return bool(int(self.flags, 16) & 1)
+        return self.flags[-1] in _SAMPLED_DIGITS  # the low bit of the flags' last hex digit
 
     def traceparent(self) -> str:
         """The W3C ``traceparent`` naming this span as the parent."""
