@@ -158,16 +158,17 @@ class TelemetryObserver(ServerObserver):
         )
 
     def started_plain(self, body: dict[str, Any], started: float) -> SpanHandle | None:
-        assert self._recorder is not None
-        params = body.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        traceparent = tracestate = None
-        if isinstance(meta, dict):
-            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+        recorder = self._recorder
+        assert recorder is not None
         if self._metrics is not None:
             self._metrics.request_started()
+        params = body.get("params")
+        meta = params.get("_meta") if params.__class__ is dict else None
+        if meta.__class__ is not dict or ("traceparent" not in meta and "tracestate" not in meta):
+            return recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
+        traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
         started_ns = self._clock.unix_ns(started)
-        return self._recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
+        return recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
 
     def propagated_line(self, line: bytes, body: dict[str, Any], token: Any) -> bytes | None:
         """``line`` with this span's ``traceparent``, edited as bytes; None to leave it to the core's

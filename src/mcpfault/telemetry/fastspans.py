@@ -48,6 +48,7 @@ _ZERO_SPAN: Final = "0" * 16
 
 MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
+ID_POOL: Final = 1024  # ids drawn ahead: a fifth of a second of requests at 5,000 a second
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
@@ -143,6 +144,11 @@ class SpanRecorder:
         self._parent_based = sampler.parent_based
         self._root = sampler.root
         self._ratio_bound = sampler.ratio_bound
+        # A root span's flags when they do not depend on its trace id (always on, always off).
+        self._root_flags = {"on": "01", "off": "00"}.get(self._root)
+        # Ids drawn ahead by the writer thread, so a request does not pay for its own (start_root).
+        self._ids: list[tuple[str, str]] = []
+        self._draw_ids()
         export = settings.export
         self._url = export.url if export is not None else None
         self._json = export is not None and export.protocol == "http/json"
@@ -232,6 +238,29 @@ class SpanRecorder:
             start_unix_ns,
         )
 
+    def start_root(self, name: str, kind: int, attributes: dict[str, Any], start_unix_ns: int) -> SpanHandle:
+        """``start`` for a request that carries no ``traceparent`` (the usual case), in fewer steps:
+        the ids come from those the writer drew ahead (``_draw_ids``); ``kind`` is OTLP's."""
+        try:
+            trace_id, span_id = self._ids.pop()
+        except IndexError:
+            trace_id, span_id = self.new_trace_id(), self.new_span_id()
+        flags = self._root_flags
+        if flags is None:
+            flags = "01" if self._in_ratio(trace_id) else "00"
+        CURRENT_SPAN.set((trace_id, span_id))
+        return SpanHandle(trace_id, span_id, None, flags, None, name, kind, attributes, start_unix_ns)
+
+    def _draw_ids(self) -> None:
+        """Fill the pool of ids ``start_root`` takes from (on the writer thread, between batches)."""
+        missing = ID_POOL - len(self._ids)
+        if missing <= 0:
+            return
+        getrandbits = self._random.getrandbits
+        drawn = [f"{getrandbits(192):048x}" for _ in range(missing)]
+        # An id of zeros is invalid (one in 2**64): such a draw is left out.
+        self._ids.extend((ids[:32], ids[32:]) for ids in drawn if ids[:32] != _ZERO_TRACE and ids[32:] != _ZERO_SPAN)
+
     def _in_ratio(self, trace_id: str) -> bool:
         # The SDK's TraceIdRatioBased rule: the trace id's lower 64 bits below ratio * 2**64.
         return int(trace_id[16:], 16) < self._ratio_bound
@@ -287,6 +316,7 @@ class SpanRecorder:
                 self._flush_batch()
                 if not stopping and len(self._queue) < BATCH_SPANS:
                     break
+            self._draw_ids()
             if stopping and not self._queue:
                 return
 
