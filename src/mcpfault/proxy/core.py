@@ -132,12 +132,11 @@ class DeferringObserver(RequestObserver, Protocol):
 
     defers: bool
 
-    def started_plain(self, body: dict[str, Any], started: float) -> Any:
-        """As ``started`` for ``Call.from_body(body)`` and no decision; returns the token."""
-        ...
-
-    def propagated_line(self, line: bytes, body: dict[str, Any], token: Any) -> bytes | None:
-        """``line`` carrying the context of ``token``'s span upstream, or None to edit it the general way."""
+    def forward_plain(
+        self, line: bytes, body: dict[str, Any], started: float, propagate: bool
+    ) -> tuple[Any, bytes | None]:
+        """As ``started`` for ``Call.from_body(body)`` and no decision: the token, and ``line`` as it goes
+        upstream (carrying the span's context when ``propagate``; None: edit it the general way)."""
         ...
 
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
@@ -250,25 +249,25 @@ class ProxyCore:
             self.era.observe_request(method, params if isinstance(params, dict) else {})
             if method == "initialize":
                 self._initialize = body
-        if not self.engine.cares_about(method) and not self._observers:
+        cares = self.engine.cares_about(method)
+        if not cares and not self._observers:
             # The common case, kept lean (it runs cache-cold after every wake-up): nothing can happen
             # to this request on its way through.
             self._track(InFlight(body, PASS, self._clock()))
             return [Emit(To.SERVER, line)]
         deferring = self._deferring
-        if deferring is not None and not self.engine.cares_about(method):
+        if deferring is not None and not cares:
             # Traced, and nothing can happen to it: the span's ids now (they go upstream), the rest
             # on the span writer's thread.
             started = self._clock()
-            token = deferring.started_plain(body, started)
+            token, upstream = deferring.forward_plain(line, body, started, self._propagate)
             tokens = (token,)
-            upstream = line
-            if self._propagate and token is not None:
-                upstream = deferring.propagated_line(line, body, token) or self._with_context_line(line, body, tokens)
+            if upstream is None:
+                upstream = self._with_context_line(line, body, tokens)
             self._track(InFlight(body, PASS, started, tokens, self._clock() - started))
             return [Emit(To.SERVER, upstream)]
         call = Call.from_body(body)
-        decision = self.engine.decide(call, self._clock() - self.epoch) if self.engine.cares_about(method) else PASS
+        decision = self.engine.decide(call, self._clock() - self.epoch) if cares else PASS
         emits = [Emit(To.CLIENT, jsonrpc.encode(dict(n))) for n in decision.notify]
         for applied in decision.applied:
             self.stats.faults[(applied.rule, applied.type_name, applied.mode)] += 1

@@ -157,7 +157,12 @@ class TelemetryObserver(ServerObserver):
             tracestate=tracestate,
         )
 
-    def started_plain(self, body: dict[str, Any], started: float) -> SpanHandle | None:
+    def forward_plain(
+        self, line: bytes, body: dict[str, Any], started: float, propagate: bool
+    ) -> tuple[SpanHandle | None, bytes | None]:
+        """``started`` for a request no rule cares about, and its line on the way upstream (with this
+        span's ``traceparent`` when ``propagate``), in one step; None for the line leaves the edit to
+        the core's general one (``ProxyCore._with_context_line``)."""
         recorder = self._recorder
         assert recorder is not None
         if self._metrics is not None:
@@ -165,18 +170,20 @@ class TelemetryObserver(ServerObserver):
         params = body.get("params")
         meta = params.get("_meta") if params.__class__ is dict else None
         if meta.__class__ is not dict or ("traceparent" not in meta and "tracestate" not in meta):
-            return recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
-        traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
-        started_ns = self._clock.unix_ns(started)
-        return recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
-
-    def propagated_line(self, line: bytes, body: dict[str, Any], token: Any) -> bytes | None:
-        """``line`` with this span's ``traceparent``, edited as bytes; None to leave it to the core's
-        general edit (``ProxyCore._with_context_line``), which says the same in more steps."""
-        if self._client_spans or not self._propagates or token.__class__ is not SpanHandle:
-            return None
-        traceparent = f"00-{token.trace_id}-{token.span_id}-{token.flags}"  # its traceparent(), inlined
-        return jsonrpc.with_plain_meta_string(line, body.get("params"), "traceparent", traceparent)
+            span = recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
+        else:
+            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+            started_ns = self._clock.unix_ns(started)
+            maybe = recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
+            if maybe is None:
+                return None, line  # an unsampled client context: the request crosses as it came
+            span = maybe
+        if not propagate or not self._propagates:
+            return span, line
+        if self._client_spans:
+            return span, None
+        traceparent = f"00-{span.trace_id}-{span.span_id}-{span.flags}"  # its traceparent(), inlined
+        return span, jsonrpc.with_plain_meta_string(line, params, "traceparent", traceparent)
 
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
         span = pending.tokens[0]
@@ -212,7 +219,13 @@ class TelemetryObserver(ServerObserver):
             params = body.get("params")
             name = params.get("name") if params.__class__ is dict else None
             target = name if name.__class__ is str else None
-        received, error_code = classify(answer.line, request_id, answer.body)
+        answered = answer.body
+        result = answered.get("result")
+        if result.__class__ is dict and "error" not in answered and answered.get("id") == request_id:
+            # classify's answer for the usual result, in fewer steps
+            received, error_code = ("tool_error" if result.get("isError") is True else "response"), None
+        else:
+            received, error_code = classify(answer.line, request_id, answered)
         return PlainEnding(
             method,
             target,
