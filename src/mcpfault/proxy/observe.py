@@ -79,10 +79,10 @@ class _Clock:
     """Turns the core's monotonic seconds into the Unix nanoseconds spans carry."""
 
     def __init__(self) -> None:
-        self._offset_ns = time.time_ns() - int(time.monotonic() * 1e9)
+        self.offset_ns = time.time_ns() - int(time.monotonic() * 1e9)
 
     def unix_ns(self, monotonic_s: float) -> int:
-        return int(monotonic_s * 1e9) + self._offset_ns
+        return int(monotonic_s * 1e9) + self.offset_ns
 
 
 class TelemetryObserver(ServerObserver):
@@ -132,6 +132,9 @@ class TelemetryObserver(ServerObserver):
         self._endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
         # The whole JSON of spans that end alike, by their ending and what of the start shows in it.
         self._templates: dict[tuple[Any, ...], SpanTemplate] = {}
+        # The same templates, by what a plain request's ending and its root-or-child start say: one
+        # lookup for most spans (``_plain_ending``).
+        self._plain_templates: dict[tuple[Any, ...], SpanTemplate] = {}
         self._client_endings: dict[tuple[Any, ...], tuple[EncodedAttributes, tuple[str] | None, str]] = {}
         self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
@@ -283,7 +286,17 @@ class TelemetryObserver(ServerObserver):
         if self._metrics is not None:  # as _count does for a request no fault touched
             duration_s = ending.finished - ending.started
             self._metrics.observe_request(ending.method, None, duration_s, ending.added_s, handle.trace_id)
-        # A kind of ending seen before: straight to its template. The key is _ending's, from the same fields.
+        plain_key = (
+            *ending[:5],
+            ending.protocol_version,
+            ending.generation,
+            handle.parent_span_id is None,
+            handle.flags,
+        )
+        template = self._plain_templates.get(plain_key)
+        if template is not None:  # most spans: straight to their template
+            return template.fill(self._slot_values(handle, ending.request_id, ending.started, ending.finished, 0.0))
+        # A kind of ending seen before: to its template through _ending's key, from the same fields.
         key = (
             ending.method,
             ending.target,
@@ -295,9 +308,14 @@ class TelemetryObserver(ServerObserver):
             ending.generation,
         )
         cached = self._endings.get(key)
-        if cached is not None:
-            return self._templated(handle, key, cached, ending.request_id, ending.started, ending.finished, 0.0)
-        return self._ending(handle, self._finished_of(ending))
+        if cached is None:
+            return self._ending(handle, self._finished_of(ending))
+        built = self._templated(handle, key, cached, ending.request_id, ending.started, ending.finished, 0.0)
+        template_key = (key, handle.parent_span_id is None, handle.flags, handle.kind, False)
+        if len(self._plain_templates) >= _MAX_ENDINGS:
+            self._plain_templates.clear()
+        self._plain_templates[plain_key] = self._templates[template_key]
+        return built
 
     def _plain_client_ending(self, handle: SpanHandle, ending: PlainEnding) -> Built:
         return self._client_ending(handle, self._finished_of(ending))
@@ -487,18 +505,23 @@ class TelemetryObserver(ServerObserver):
             if len(self._templates) >= _MAX_ENDINGS:
                 self._templates.clear()
             template = self._templates[template_key] = self._template(handle, key[3], cached)
-        unix_ns = self._clock.unix_ns
-        return template.fill(
-            (
-                f'"{handle.trace_id}"',
-                f'"{handle.span_id}"',
-                f'"{handle.parent_span_id}"',
-                f'"{handle.start_ns}"',
-                f'"{unix_ns(finished + delay_s)}"',
-                f'"{request_id}"' if request_id.__class__ is int else orjson.dumps(str(request_id)).decode(),
-                f'"{unix_ns(started)}"',
-                f'"{unix_ns(finished)}"',
-            )
+        return template.fill(self._slot_values(handle, request_id, started, finished, delay_s))
+
+    def _slot_values(
+        self, handle: SpanHandle, request_id: Any, started: float, finished: float, delay_s: float
+    ) -> tuple[str, ...]:
+        """What fills a template's slots (``_template``'s numbering), each as JSON text."""
+        offset_ns = self._clock.offset_ns
+        finished_ns = int(finished * 1e9) + offset_ns
+        return (
+            f'"{handle.trace_id}"',
+            f'"{handle.span_id}"',
+            f'"{handle.parent_span_id}"',
+            f'"{handle.start_ns}"',
+            f'"{int((finished + delay_s) * 1e9) + offset_ns if delay_s else finished_ns}"',
+            f'"{request_id}"' if request_id.__class__ is int else orjson.dumps(str(request_id)).decode(),
+            f'"{int(started * 1e9) + offset_ns}"',
+            f'"{finished_ns}"',
         )
 
     @staticmethod

@@ -19,11 +19,11 @@ an unsampled ``traceparent`` upstream, so the server does not start recording it
 from __future__ import annotations
 
 import collections
+import operator
 import os
 import random
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -387,7 +387,9 @@ class SpanRecorder:
                 # Let the relay threads have the GIL: otherwise a request arriving now waits for the
                 # interpreter's switch interval (5 ms) while a whole batch is encoded. Not with a
                 # backlog: yielding then starved the writer and the queue grew by 76 MiB in 100k calls.
-                time.sleep(0)
+                # sched_yield releases the GIL as sleep(0) does, without the timer slack that makes a
+                # sleep(0) last ~56 us here.
+                os.sched_yield()
         head, tail = self._envelope
         return head + b",".join(spans) + tail
 
@@ -422,14 +424,19 @@ class SpanTemplate:
     the slots were. Encoding a span this way costs a join instead of building and dumping its objects.
     """
 
-    __slots__ = ("_order", "_parts")
+    __slots__ = ("_blank", "_pick")
 
     _SLOT: Final = re.compile(r'"@mcpfault:slot:(\d+)@"')
 
     def __init__(self, span: dict[str, Any]) -> None:
         pieces = self._SLOT.split(orjson.dumps(span).decode())
-        self._parts = pieces[0::2]
-        self._order = tuple(int(n) for n in pieces[1::2])
+        # The JSON's pieces with a gap between each two, where a span's values go in the order the
+        # slots appear: one slice assignment and a join, all in C (measured: 1.1 us a span against
+        # 1.6 for a loop of appends and 7.8 for str.format, which parses its format on every call).
+        slots = [int(number) for number in pieces[1::2]]
+        assert len(slots) > 1, "itemgetter of one index gives a value, not a tuple: a span has more slots"
+        self._blank: list[str] = [piece for text in pieces[0::2] for piece in (text, "")][:-1]
+        self._pick = operator.itemgetter(*slots)
 
     @staticmethod
     def slot(number: int) -> str:
@@ -437,11 +444,8 @@ class SpanTemplate:
 
     def fill(self, values: tuple[str, ...]) -> bytes:
         """The span's JSON, with ``values[n]`` (JSON text) where ``slot(n)`` was."""
-        parts = self._parts
-        out = [parts[0]]
-        for index, number in enumerate(self._order, 1):
-            out.append(values[number])
-            out.append(parts[index])
+        out = self._blank.copy()
+        out[1::2] = self._pick(values)
         return "".join(out).encode()
 
 
