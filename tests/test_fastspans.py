@@ -284,7 +284,12 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     core = ProxyCore(Engine(profile.loads("")), observers=[fast])
     answered: list[tuple[Any, Any]] = []  # what the core hands the observer: the request and its raw answer
     answer_plain = fast.answered_plain
-    fast.answered_plain = lambda pending, raw: (answered.append((pending, raw)), answer_plain(pending, raw))[-1]  # type: ignore[method-assign]
+
+    def keep_and_answer(pending: Any, answer: Any) -> None:
+        answered.append((pending, answer))
+        answer_plain(pending, answer)
+
+    fast.answered_plain = keep_and_answer  # type: ignore[method-assign]
     for _ in range(2):  # the second span of a kind comes from the template the first made
         core.from_client(request_line + b"\n")
         core.from_server(answer + b"\n")
@@ -300,3 +305,29 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         attributes, events, error, end_ns, name = ending
         handle.name = name
         assert templated == orjson.dumps(json_span(handle, attributes, events, error, end_ns))
+
+
+def test_spans_that_end_alike_share_one_template(tmp_path: Path):
+    # The request id goes in a slot: a template per kind of ending, not per request.
+    from mcpfault.faults import profile
+    from mcpfault.faults.engine import Engine
+    from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.observe import TelemetryObserver
+
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
+    queued: list[tuple[Any, ...]] = []
+    recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]
+    observer = TelemetryObserver(recorder, None)
+    core = ProxyCore(Engine(profile.loads("")), observers=[observer])
+    for request_id in range(1, 6):
+        core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
+        core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
+    spans = [orjson.loads(build(handle, ending)) for handle, build, ending in queued]
+    assert len(observer._plain_templates) == 1
+    request_ids = [
+        attribute["value"]["stringValue"]
+        for span in spans
+        for attribute in span["attributes"]
+        if attribute["key"] == "jsonrpc.request.id"
+    ]
+    assert request_ids == ["1", "2", "3", "4", "5"]

@@ -286,8 +286,11 @@ class TelemetryObserver(ServerObserver):
         if self._metrics is not None:  # as _count does for a request no fault touched
             duration_s = ending.finished - ending.started
             self._metrics.observe_request(ending.method, None, duration_s, ending.added_s, handle.trace_id)
-        plain_key = (
-            *ending[:5],
+        plain_key = (  # not the request id: that is in a slot
+            ending.method,
+            ending.target,
+            ending.received,
+            ending.error_code,
             ending.protocol_version,
             ending.generation,
             handle.parent_span_id is None,
