@@ -127,6 +127,17 @@ def log_tail(log: IO[bytes], limit: int) -> str:
     return log.read().decode("utf-8", "replace")
 
 
+def interrupt_on_sigterm() -> None:
+    """SIGTERM ends a run as Ctrl-C does, through the cleanup that stops the children: they run in
+    sessions of their own, which a signal to the benchmark does not reach, and Python's default SIGTERM
+    skips every ``finally`` (a proxy was left running after ``kill`` of the HTTP benchmark)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def stop_group(proc: subprocess.Popen[bytes], grace: float) -> int | None:
     """Give ``proc`` ``grace`` seconds to leave, then SIGKILL its process group (it was started in a session of
     its own, so this reaches anything it started). Returns its exit code, None when it had to be killed."""

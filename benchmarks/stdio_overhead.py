@@ -56,6 +56,7 @@ from common import (  # a sibling module: benchmarks/ is sys.path[0] when this r
     fill_defaults,
     format_markdown_table,
     initialize_params,
+    interrupt_on_sigterm,
     is_echo_result,
     jsonrpc_request,
     load_average,
@@ -556,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profile {args.profile} not found; pass --profile FILE or --only direct,relay", file=sys.stderr)
         return 2
 
+    interrupt_on_sigterm()
     started = dt.datetime.now(dt.UTC).astimezone()
     load_at_start = load_average()
     try:
