@@ -299,25 +299,15 @@ class TelemetryObserver(ServerObserver):
         template = self._plain_templates.get(plain_key)
         if template is not None:  # most spans: straight to their template
             return template.fill(self._slot_values(handle, ending.request_id, ending.started, ending.finished, 0.0))
-        # A kind of ending seen before: to its template through _ending's key, from the same fields.
-        key = (
-            ending.method,
-            ending.target,
-            None,
-            True,
-            ending.received,
-            ending.protocol_version,
-            ending.error_code,
-            ending.generation,
-        )
-        cached = self._endings.get(key)
-        if cached is None:
-            return self._ending(handle, self._finished_of(ending))
-        built = self._templated(handle, key, cached, ending.request_id, ending.started, ending.finished, 0.0)
-        template_key = (key, handle.parent_span_id is None, handle.flags, handle.kind, False)
-        if len(self._plain_templates) >= _MAX_ENDINGS:
-            self._plain_templates.clear()
-        self._plain_templates[plain_key] = self._templates[template_key]
+        # The first of its kind: built the general way, which makes the template this lookup finds next time.
+        outcome = self._finished_of(ending)
+        built = self._ending(handle, outcome)
+        root = handle.parent_span_id is None
+        template = self._templates.get((self._ending_key(outcome), root, handle.flags, handle.kind, False))
+        if template is not None:
+            if len(self._plain_templates) >= _MAX_ENDINGS:
+                self._plain_templates.clear()
+            self._plain_templates[plain_key] = template
         return built
 
     def _plain_client_ending(self, handle: SpanHandle, ending: PlainEnding) -> Built:
@@ -405,14 +395,15 @@ class TelemetryObserver(ServerObserver):
         for applied in outcome.decision.applied:
             self._metrics.fault_injected(applied.type_name, applied.mode, trace_id)
 
-    def _ending(self, handle: SpanHandle, outcome: Finished) -> Built:
-        """The span's attributes, events and status, or its JSON; runs on the span writer's thread."""
+    @staticmethod
+    def _ending_key(outcome: Finished) -> tuple[Any, ...]:
+        """What the shared part of a span's ending depends on (``_shared_ending``); its second item is
+        the target the span is named by (a tools/call's tool)."""
         call = outcome.call
-        target = call.target if call.method == "tools/call" else None
         first = outcome.decision.applied[0] if outcome.decision.applied else None
-        key = (
+        return (
             call.method,
-            target,
+            call.target if call.method == "tools/call" else None,
             (first.type_name, first.mode, first.rule) if first is not None else None,
             outcome.upstream_contacted,
             outcome.received,
@@ -420,11 +411,16 @@ class TelemetryObserver(ServerObserver):
             outcome.error_code,
             outcome.generation,
         )
+
+    def _ending(self, handle: SpanHandle, outcome: Finished) -> Built:
+        """The span's attributes, events and status, or its JSON; runs on the span writer's thread."""
+        call = outcome.call
+        key = self._ending_key(outcome)
         cached = self._endings.get(key)
         if cached is None:
             if len(self._endings) >= _MAX_ENDINGS:
                 self._endings.clear()
-            cached = self._endings[key] = self._shared_ending(outcome, target)
+            cached = self._endings[key] = self._shared_ending(outcome, key[1])
         extra = self._annotate(outcome) if self._annotate is not None else None
         decision = outcome.decision
         if extra is None and not decision.applied and not decision.changes and handle.tracestate is None:
