@@ -854,13 +854,16 @@ def classify(data: bytes | None, request_id: Any, body: dict[str, Any] | None = 
             return "malformed", None
         body = message.body
         assert body is not None
+    result = body.get("result")
+    if result.__class__ is dict and "error" not in body and body.get("id") == request_id:
+        # The usual answer, decided first in fewer steps (this runs for every traced request).
+        return ("tool_error" if result.get("isError") is True else "response"), None
     if body.get("id") != request_id or ("result" not in body and "error" not in body):
         return "malformed", None
     error = body.get("error")
     if isinstance(error, dict):
         code = error.get("code")
         return "error", code if isinstance(code, int) else None
-    result = body.get("result")
     if isinstance(result, dict) and result.get("isError") is True:
         return "tool_error", None
     return "response", None

@@ -208,14 +208,7 @@ class SpanRecorder:
         otlp_kind = kind if kind.__class__ is int else kind.value + 1  # type: ignore[union-attr]
         parent = parse_traceparent(traceparent)
         if parent is None:
-            # One draw for both ids: on this path every microsecond counts (each draw costs ~1 us here).
-            ids = f"{self._random.getrandbits(192):048x}"
-            trace_id, span_id = ids[:32], ids[32:]
-            if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:  # one in 2**64: draw them apart
-                trace_id, span_id = self.new_trace_id(), self.new_span_id()
-            flags = "01" if self._root == "on" or (self._root == "ratio" and self._in_ratio(trace_id)) else "00"
-            CURRENT_SPAN.set((trace_id, span_id))
-            return SpanHandle(trace_id, span_id, None, flags, None, name, otlp_kind, attributes, start_unix_ns)
+            return self.start_root(name, otlp_kind, attributes, start_unix_ns)
         parent_flags = int(parent.flags, 16)
         if self._parent_based:
             sampled = bool(parent_flags & 1)
