@@ -25,6 +25,7 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from mcpfault.loopback import require_token_beyond_loopback
 from mcpfault.telemetry import names
+from mcpfault.telemetry.tallies import CounterChild, HistogramChild, Tallies
 
 _INVALID_TRACE_ID = "0" * 32
 
@@ -85,7 +86,9 @@ class ProxyMetrics(_Metrics):
         self._fault_types = frozenset(fault_types) | {names.FAULT_TYPE_NONE}
         self._fault_modes = frozenset(fault_modes)
 
-        self._requests = self._counter(
+        # The four a request touches are tallies (telemetry/tallies.py): a fraction of the library's cost.
+        tallies = Tallies(self.registry)
+        self._requests = tallies.counter(
             names.REQUESTS_TOTAL,
             "MCP messages from the client, by method and by the fault injected (none when untouched).",
             names.REQUESTS_TOTAL_LABELS,
@@ -95,23 +98,24 @@ class ProxyMetrics(_Metrics):
             "Faults injected, by fault type and mode.",
             names.FAULTS_INJECTED_TOTAL_LABELS,
         )
-        self._duration = self._histogram(
+        self._duration = tallies.histogram(
             names.REQUEST_DURATION_SECONDS,
             "End-to-end request duration through the proxy, as the client sees it (injected delays included).",
             names.REQUEST_DURATION_SECONDS_LABELS,
             names.MCP_DURATION_BUCKETS,
         )
-        self._added = self._histogram(
+        self._added = tallies.histogram(
             names.PROXY_ADDED_SECONDS,
             "Time the proxy itself adds to a request (parsing, deciding, relaying; injected delays excluded).",
             names.PROXY_ADDED_SECONDS_LABELS,
             names.PROXY_ADDED_BUCKETS,
         )
-        self._in_flight = self._gauge(
+        self._in_flight = tallies.gauge(
             names.REQUESTS_IN_FLIGHT,
             "Requests forwarded or held by the proxy and not yet answered.",
             names.REQUESTS_IN_FLIGHT_LABELS,
         )
+        tallies.register()
         self._exits = self._counter(
             names.UPSTREAM_EXITS_TOTAL,
             "Times the upstream MCP server exited or its connection closed.",
@@ -138,7 +142,7 @@ class ProxyMetrics(_Metrics):
         self._added_child = self._added.labels(transport)
         self._in_flight_child = self._in_flight.labels(transport)
         self._exits_child = self._exits.labels(transport)
-        self._request_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._request_children: dict[tuple[str, str], tuple[CounterChild, HistogramChild]] = {}
         self._fault_children: dict[tuple[str, str], Counter] = {}
 
     def fault_label(self, fault_type: str | None) -> str:
@@ -165,13 +169,13 @@ class ProxyMetrics(_Metrics):
                 self._requests.labels(key[0], key[1], self.transport),
                 self._duration.labels(key[0], self.transport),
             )
-            # A race here only builds the same children twice; labels() itself is thread-safe.
+            # A race here only looks the same children up twice; labels() itself is thread-safe.
             self._request_children[key] = children
-        exemplar = _exemplar(trace_id_hex)
-        children[0].inc(1, exemplar)
-        children[1].observe(duration_s, exemplar)
+        trace_id = trace_id_hex if trace_id_hex and trace_id_hex != _INVALID_TRACE_ID else None
+        children[0].inc(1.0, trace_id)
+        children[1].observe(duration_s, trace_id)
         if added_s is not None:
-            self._added_child.observe(added_s, exemplar)
+            self._added_child.observe(added_s, trace_id)
 
     def fault_injected(self, fault_type: str, mode: str, trace_id_hex: str | None = None) -> None:
         key = (self.fault_label(fault_type), mode if mode in self._fault_modes else names.OTHER)

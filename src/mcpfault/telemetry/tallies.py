@@ -1,0 +1,232 @@
+"""Counters, a gauge and histograms for the proxy's per-request metrics, kept as plain numbers.
+
+``prometheus_client``'s ``Counter.inc`` and ``Histogram.observe`` with an exemplar cost ~4 us each on
+this machine (a lock per value, the exemplar's validation, an ``Exemplar`` and a clock read for each),
+and a gauge's ``inc`` and ``dec`` 1.6 us together: ~13 us a request, measured, on the thread that
+builds the spans and on the request's path. These tallies keep the same numbers with one lock per
+observation (~1.3 us for a request's three), and a scrape reads them through ``prometheus_client``'s
+own metric families, so the exposition, the OpenMetrics exemplars and the registry stay the library's.
+
+Each exemplar is the latest observation of its bucket (or counter), as ``prometheus_client`` keeps it.
+Label values are the caller's to bound (``ProxyMetrics`` normalizes them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Exemplar, Sample
+from prometheus_client.utils import floatToGoString
+
+from mcpfault.telemetry import names
+
+# The exposition's spelling of a bound ("0.01", "+Inf"); the library's helper is untyped.
+_le: Callable[[float], str] = floatToGoString
+
+# An observation's exemplar as kept: (trace id, value, unix time); an Exemplar is built at a scrape.
+_Kept = tuple[str, float, float]
+
+
+def _exemplar(kept: _Kept | None) -> Exemplar | None:
+    if kept is None:
+        return None
+    return Exemplar({names.EXEMPLAR_TRACE_ID: kept[0]}, kept[1], kept[2])
+
+
+class _Family:
+    """A metric's name, help and label names, and its children by label values."""
+
+    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self._lock = lock
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+
+    def _check(self, values: tuple[str, ...]) -> None:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got values {values}")
+
+
+class CounterChild:
+    __slots__ = ("_exemplar", "_lock", "created", "value")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self.value = 0.0
+        self._exemplar: _Kept | None = None
+        self.created = time.time()
+
+    def inc(self, amount: float = 1.0, trace_id: str | None = None) -> None:
+        with self._lock:
+            self.value += amount
+            if trace_id is not None:
+                self._exemplar = (trace_id, amount, time.time())
+
+    def exemplar(self) -> Exemplar | None:
+        return _exemplar(self._exemplar)
+
+
+class TalliedCounter(_Family):
+    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(lock, name, documentation, labelnames)
+        self._children: dict[tuple[str, ...], CounterChild] = {}
+
+    def labels(self, *values: str) -> CounterChild:
+        self._check(values)
+        with self._lock:
+            child = self._children.get(values)
+            if child is None:
+                child = self._children[values] = CounterChild(self._lock)
+            return child
+
+    def metric(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            children = list(self._children.items())
+        for values, child in children:
+            family.add_metric(values, child.value, child.created, exemplar=child.exemplar())
+        return family
+
+
+class GaugeChild:
+    __slots__ = ("_lock", "value")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self.value = 0.0
+
+    def inc(self) -> None:
+        with self._lock:
+            self.value += 1.0
+
+    def dec(self) -> None:
+        with self._lock:
+            self.value -= 1.0
+
+
+class TalliedGauge(_Family):
+    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(lock, name, documentation, labelnames)
+        self._children: dict[tuple[str, ...], GaugeChild] = {}
+
+    def labels(self, *values: str) -> GaugeChild:
+        self._check(values)
+        with self._lock:
+            child = self._children.get(values)
+            if child is None:
+                child = self._children[values] = GaugeChild(self._lock)
+            return child
+
+    def metric(self) -> Metric:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            children = [(values, child.value) for values, child in self._children.items()]
+        for values, value in children:
+            family.add_metric(values, value)
+        return family
+
+
+class HistogramChild:
+    __slots__ = ("_bounds", "_counts", "_exemplars", "_lock", "created", "total")
+
+    def __init__(self, lock: threading.Lock, bounds: tuple[float, ...]) -> None:
+        self._lock = lock
+        self._bounds = bounds  # the finite upper bounds; the last count is +Inf's
+        self._counts = [0] * (len(bounds) + 1)
+        self._exemplars: list[_Kept | None] = [None] * (len(bounds) + 1)
+        self.total = 0.0
+        self.created = time.time()
+
+    def observe(self, value: float, trace_id: str | None = None) -> None:
+        index = bisect_left(self._bounds, value)  # the first bucket whose bound is >= value (le)
+        with self._lock:
+            self._counts[index] += 1
+            self.total += value
+            if trace_id is not None:
+                self._exemplars[index] = (trace_id, value, time.time())
+
+    def buckets(self) -> tuple[list[tuple[str, float, Exemplar] | tuple[str, float]], float]:
+        """The cumulative buckets as ``HistogramMetricFamily.add_metric`` takes them, and the sum."""
+        with self._lock:
+            counts, exemplars, total = list(self._counts), list(self._exemplars), self.total
+        buckets: list[tuple[str, float, Exemplar] | tuple[str, float]] = []
+        cumulative = 0
+        for bound, count, kept in zip((*self._bounds, float("inf")), counts, exemplars, strict=True):
+            cumulative += count
+            exemplar = _exemplar(kept)
+            le = _le(bound)
+            buckets.append((le, float(cumulative), exemplar) if exemplar is not None else (le, float(cumulative)))
+        return buckets, total
+
+
+class TalliedHistogram(_Family):
+    def __init__(
+        self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str], bounds: Sequence[float]
+    ) -> None:
+        super().__init__(lock, name, documentation, labelnames)
+        self._bounds = tuple(sorted(float(b) for b in bounds if b != float("inf")))
+        self._children: dict[tuple[str, ...], HistogramChild] = {}
+
+    def labels(self, *values: str) -> HistogramChild:
+        self._check(values)
+        with self._lock:
+            child = self._children.get(values)
+            if child is None:
+                child = self._children[values] = HistogramChild(self._lock, self._bounds)
+            return child
+
+    def metric(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            children = list(self._children.items())
+        for values, child in children:
+            buckets, total = child.buckets()
+            family.add_metric(values, buckets, total)
+            # The creation time, as prometheus_client's own histograms export it (its family has no field).
+            labels = dict(zip(self.labelnames, values, strict=True))
+            family.samples.append(Sample(f"{self.name}_created", labels, child.created))
+        return family
+
+
+_F = TypeVar("_F", TalliedCounter, TalliedGauge, TalliedHistogram)
+
+
+class Tallies:
+    """The tallied metrics of one registry, collected at each scrape; one lock for all of them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lock = threading.Lock()
+        self._families: list[TalliedCounter | TalliedGauge | TalliedHistogram] = []
+        self._registry = registry
+
+    def counter(self, name: str, documentation: str, labelnames: Sequence[str]) -> TalliedCounter:
+        return self._add(TalliedCounter(self._lock, name, documentation, labelnames))
+
+    def gauge(self, name: str, documentation: str, labelnames: Sequence[str]) -> TalliedGauge:
+        return self._add(TalliedGauge(self._lock, name, documentation, labelnames))
+
+    def histogram(
+        self, name: str, documentation: str, labelnames: Sequence[str], bounds: Sequence[float]
+    ) -> TalliedHistogram:
+        return self._add(TalliedHistogram(self._lock, name, documentation, labelnames, bounds))
+
+    def register(self) -> None:
+        """Into the registry, once every family is declared (the registry checks their names then)."""
+        self._registry.register(self)
+
+    def _add(self, family: _F) -> _F:
+        self._families.append(family)
+        return family
+
+    def collect(self) -> Iterable[Metric]:
+        return [family.metric() for family in self._families]
+
+    def describe(self) -> Iterable[Metric]:
+        """For the registry's check of names taken twice: the same families (without children then)."""
+        return self.collect()
