@@ -17,7 +17,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -31,6 +31,7 @@ _le: Callable[[float], str] = floatToGoString
 
 # An observation's exemplar as kept: (trace id, value, unix time); an Exemplar is built at a scrape.
 _Kept = tuple[str, float, float]
+_C = TypeVar("_C")
 
 
 def _exemplar(kept: _Kept | None) -> Exemplar | None:
@@ -39,59 +40,20 @@ def _exemplar(kept: _Kept | None) -> Exemplar | None:
     return Exemplar({names.EXEMPLAR_TRACE_ID: kept[0]}, kept[1], kept[2])
 
 
-class _Family:
-    """A metric's name, help and label names, and its children by label values."""
-
-    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        self._lock = lock
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-
-    def _check(self, values: tuple[str, ...]) -> None:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got values {values}")
-
-
 class CounterChild:
-    __slots__ = ("_exemplar", "_lock", "created", "value")
+    __slots__ = ("_lock", "created", "exemplar", "value")
 
     def __init__(self, lock: threading.Lock) -> None:
         self._lock = lock
         self.value = 0.0
-        self._exemplar: _Kept | None = None
+        self.exemplar: _Kept | None = None
         self.created = time.time()
 
     def inc(self, amount: float = 1.0, trace_id: str | None = None) -> None:
         with self._lock:
             self.value += amount
             if trace_id is not None:
-                self._exemplar = (trace_id, amount, time.time())
-
-    def exemplar(self) -> Exemplar | None:
-        return _exemplar(self._exemplar)
-
-
-class TalliedCounter(_Family):
-    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(lock, name, documentation, labelnames)
-        self._children: dict[tuple[str, ...], CounterChild] = {}
-
-    def labels(self, *values: str) -> CounterChild:
-        self._check(values)
-        with self._lock:
-            child = self._children.get(values)
-            if child is None:
-                child = self._children[values] = CounterChild(self._lock)
-            return child
-
-    def metric(self) -> Metric:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        with self._lock:
-            children = list(self._children.items())
-        for values, child in children:
-            family.add_metric(values, child.value, child.created, exemplar=child.exemplar())
-        return family
+                self.exemplar = (trace_id, amount, time.time())
 
 
 class GaugeChild:
@@ -108,28 +70,6 @@ class GaugeChild:
     def dec(self) -> None:
         with self._lock:
             self.value -= 1.0
-
-
-class TalliedGauge(_Family):
-    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(lock, name, documentation, labelnames)
-        self._children: dict[tuple[str, ...], GaugeChild] = {}
-
-    def labels(self, *values: str) -> GaugeChild:
-        self._check(values)
-        with self._lock:
-            child = self._children.get(values)
-            if child is None:
-                child = self._children[values] = GaugeChild(self._lock)
-            return child
-
-    def metric(self) -> Metric:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        with self._lock:
-            children = [(values, child.value) for values, child in self._children.items()]
-        for values, value in children:
-            family.add_metric(values, value)
-        return family
 
 
 class HistogramChild:
@@ -165,21 +105,66 @@ class HistogramChild:
         return buckets, total
 
 
-class TalliedHistogram(_Family):
-    def __init__(
-        self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str], bounds: Sequence[float]
-    ) -> None:
-        super().__init__(lock, name, documentation, labelnames)
-        self._bounds = tuple(sorted(float(b) for b in bounds if b != float("inf")))
-        self._children: dict[tuple[str, ...], HistogramChild] = {}
+class _Family(Generic[_C]):
+    """A metric's name, help and label names, and its children by label values."""
 
-    def labels(self, *values: str) -> HistogramChild:
-        self._check(values)
+    def __init__(
+        self,
+        lock: threading.Lock,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        new_child: Callable[[], _C],
+    ) -> None:
+        self._lock = lock
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._new_child = new_child
+        self._children: dict[tuple[str, ...], _C] = {}
+
+    def labels(self, *values: str) -> _C:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got values {values}")
         with self._lock:
             child = self._children.get(values)
             if child is None:
-                child = self._children[values] = HistogramChild(self._lock, self._bounds)
+                child = self._children[values] = self._new_child()
             return child
+
+
+class TalliedCounter(_Family[CounterChild]):
+    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(lock, name, documentation, labelnames, lambda: CounterChild(lock))
+
+    def metric(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            rows = [(values, c.value, c.created, c.exemplar) for values, c in self._children.items()]
+        for values, value, created, kept in rows:
+            family.add_metric(values, value, created, exemplar=_exemplar(kept))
+        return family
+
+
+class TalliedGauge(_Family[GaugeChild]):
+    def __init__(self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(lock, name, documentation, labelnames, lambda: GaugeChild(lock))
+
+    def metric(self) -> Metric:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            rows = [(values, child.value) for values, child in self._children.items()]
+        for values, value in rows:
+            family.add_metric(values, value)
+        return family
+
+
+class TalliedHistogram(_Family[HistogramChild]):
+    def __init__(
+        self, lock: threading.Lock, name: str, documentation: str, labelnames: Sequence[str], bounds: Sequence[float]
+    ) -> None:
+        finite = tuple(sorted(float(b) for b in bounds if b != float("inf")))
+        super().__init__(lock, name, documentation, labelnames, lambda: HistogramChild(lock, finite))
 
     def metric(self) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
