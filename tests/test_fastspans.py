@@ -273,6 +273,7 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     from mcpfault.faults.engine import Engine
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.observe import TelemetryObserver
+    from mcpfault.proxy.span_endings import plain_finished
     from mcpfault.telemetry.fastspans import json_span
 
     recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
@@ -280,7 +281,7 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]  # keep each span's item to build it twice
     fast = TelemetryObserver(recorder, None)
     slow = TelemetryObserver(recorder, None, annotate=lambda outcome: ({}, []))  # an annotation: the slow path
-    slow._clock = fast._clock  # one clock: each observer takes its own offset to Unix time
+    slow._spans._clock = fast._spans._clock  # one clock: each observer takes its own offset to Unix time
     core = ProxyCore(Engine(profile.loads("")), observers=[fast])
     answered: list[tuple[Any, Any]] = []  # what the core hands the observer: the request and its raw answer
     answer_plain = fast.answered_plain
@@ -295,12 +296,12 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         core.from_server(answer + b"\n")
     assert len(queued) == 2
     for (handle, _build, kept), (pending, raw) in zip(queued, answered, strict=True):
-        outcome = fast._plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
-        templated = fast._ending(handle, outcome)
+        outcome = plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
+        templated = fast._spans.ending(handle, outcome)
         assert isinstance(templated, bytes)
-        assert fast._plain_ending(handle, kept) == templated  # the shortcut from what the queue kept: the same
-        assert fast._ending(handle, fast._finished_of(kept)) == templated  # and when its template is gone
-        ending = slow._ending(handle, outcome)
+        assert fast._spans.plain(handle, kept) == templated  # the shortcut from what the queue kept: the same
+        assert fast._spans.ending(handle, fast._spans._finished_of(kept)) == templated  # and when its template is gone
+        ending = slow._spans.ending(handle, outcome)
         assert not isinstance(ending, bytes)
         attributes, events, error, end_ns, name = ending
         handle.name = name
@@ -323,7 +324,7 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
         core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
         core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
     spans = [orjson.loads(build(handle, ending)) for handle, build, ending in queued]
-    assert len(observer._plain_templates) == 1
+    assert len(observer._spans._plain_templates) == 1
     request_ids = [
         attribute["value"]["stringValue"]
         for span in spans

@@ -13,9 +13,9 @@ from mcp import Client
 from mcpfault.faults.base import Call
 from mcpfault.faults.engine import PASS
 from mcpfault.proxy.core import Finished
-from mcpfault.proxy.observe import TelemetryObserver
+from mcpfault.proxy.span_endings import Clock, SpanEndings
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SpanHandle
+from mcpfault.telemetry.fastspans import SharedAttributes, SpanHandle
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
 from tests.http_support import LEGACY, MODERN, http_proxy, sdk_server
@@ -23,11 +23,11 @@ from tests.http_support import LEGACY, MODERN, http_proxy, sdk_server
 
 def ending(received: str, error_code: int | None = None, *, version: str = LEGACY, session: str | None = None) -> Any:
     # An annotation takes the slow path, whose attributes the templates copy (test_fastspans checks that).
-    observer = TelemetryObserver(None, None, session_id=session, annotate=lambda outcome: ({}, []))
+    endings = SpanEndings(Clock(), None, SharedAttributes({}), session_id=session, annotate=lambda outcome: ({}, []))
     call = Call.from_body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}})
     outcome = Finished(call, PASS, 1.0, 2.0, received, error_code, True, 0.0, version, 0.0)
     handle = SpanHandle("1" * 32, "2" * 16, None, "01", None, "", 2, {}, 0)
-    ending = observer._ending(handle, outcome)
+    ending = endings.ending(handle, outcome)
     assert not isinstance(ending, bytes)
     encoded, _events, error, _end, _name = ending
     assert isinstance(encoded, list)  # OTLP JSON entries, encoded once per kind of ending

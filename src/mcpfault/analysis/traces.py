@@ -40,7 +40,7 @@ SERVER_SPANS: Final = "server-spans.jsonl"
 SPAN_FILES: Final = (CLIENT_SPANS, PROXY_SPANS, SERVER_SPANS)
 
 # The proxy marks each fault it applied with a span event carrying its type, mode and rule
-# (proxy/observe.py); each fault type names its own event (``event_name``), unique in the catalog.
+# (proxy/span_endings.py); each fault type names its own event (``event_name``), unique in the catalog.
 FAULT_OF_EVENT: Final = {fault_type.event_name: fault_type.type_name for fault_type in CATALOG}
 
 _Key = tuple[str, str]  # (trace id, span id)

@@ -37,7 +37,7 @@ class ProxyTelemetry:
         metrics_addr: str | None,
         transport: str = "stdio",
         attributes: Mapping[str, Any] | None = None,
-        annotate: Any = None,  # a proxy.observe.Annotate: more for each span (the side-effect probe's)
+        annotate: Any = None,  # a proxy.span_endings.Annotate: more for each span (the side-effect probe's)
         client_spans: bool = False,  # the leg upstream as a CLIENT span
     ) -> ProxyTelemetry:
         from mcpfault.telemetry import otel_env
