@@ -332,3 +332,33 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
         if attribute["key"] == "jsonrpc.request.id"
     ]
     assert request_ids == ["1", "2", "3", "4", "5"]
+
+
+def test_a_request_whose_span_the_full_queue_drops_is_still_counted(tmp_path: Path):
+    # The histograms of a plain request are observed as its span is built; a dropped span is never
+    # built, so its request is counted on the spot instead (its exemplar is not the lost span's trace).
+    from mcpfault.faults import profile
+    from mcpfault.faults.engine import Engine
+    from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.observe import TelemetryObserver
+    from mcpfault.telemetry.metrics import ProxyMetrics
+
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None, max_queue=3)
+    recorder._thread = object()  # type: ignore[assignment]  # a writer that never drains
+    metrics = ProxyMetrics("stdio", fault_types=(), fault_modes=())
+    core = ProxyCore(Engine(profile.loads("")), observers=[TelemetryObserver(recorder, metrics)])
+    for request_id in range(1, 9):
+        core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
+        core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
+    assert recorder.dropped == 5
+    registry = metrics.registry
+    assert registry.get_sample_value("mcpfault_requests_in_flight", {"transport": "stdio"}) == 0
+    counted = {"method": "tools/call", "fault_type": "none", "transport": "stdio"}
+    assert registry.get_sample_value("mcpfault_requests_total", counted) == 5  # the three queued: when built
+    recorder._thread = None
+    recorder.shutdown()  # builds the three queued spans, which observe their requests
+    assert registry.get_sample_value("mcpfault_requests_total", counted) == 8
+    duration = {"method": "tools/call", "transport": "stdio"}
+    assert registry.get_sample_value("mcpfault_request_duration_seconds_count", duration) == 8
+    assert registry.get_sample_value("mcpfault_proxy_added_seconds_count", {"transport": "stdio"}) == 8
+    assert len(read_spans(tmp_path / "s.jsonl")) == 3

@@ -270,27 +270,29 @@ class SpanRecorder:
         if handle.recording:
             self._enqueue((handle, attributes, events, error, end_unix_ns))
 
-    def _enqueue(self, item: tuple[Any, ...]) -> None:
+    def _enqueue(self, item: tuple[Any, ...]) -> bool:
+        """Whether the span was queued: False when the queue is full and it is dropped (and counted)."""
         queue = self._queue
         if len(queue) >= self._max_queue:
             self.dropped += 1
             if not self._warned:
                 self._warned = True
                 _log.warning("span queue full (%d spans): dropping spans until the writer catches up", self._max_queue)
-            return
+            return False
         queue.append(item)
         if self._thread is None:
             self._start_writer()
         elif len(queue) >= BATCH_SPANS and not self._wake.is_set():  # set() takes a lock: once is enough
             self._wake.set()
+        return True
 
-    def end_later(self, handle: SpanHandle, build: Callable[[SpanHandle, Any], Built], argument: Any) -> None:
+    def end_later(self, handle: SpanHandle, build: Callable[[SpanHandle, Any], Built], argument: Any) -> bool:
         """``end``, with the ending built on the writer thread: ``build(handle, argument)`` returns
         (attributes, events, error, end Unix ns, name or None to keep the name given to ``start``),
         or the whole span already encoded (``SpanTemplate.fill``). Keeps attribute building, the
-        name and the encoding off the caller's hot path."""
-        if handle.recording:
-            self._enqueue((handle, build, argument))
+        name and the encoding off the caller's hot path. False when the span was not queued: not
+        recording, or dropped on a full queue (then ``build`` never runs)."""
+        return handle.recording and self._enqueue((handle, build, argument))
 
     # -- the writer ------------------------------------------------------------------------------
 
