@@ -32,6 +32,7 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
+from mcpfault.proxy.replies import server_gone_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -612,16 +613,12 @@ class ProxyCore:
         waiting = self._take_waiting()
         emits = []
         for pending in waiting:
-            message = (
-                f"mcpfault: the upstream MCP server exited with code {exit_code} before answering "
-                f"{pending.call.method}; no response will arrive"
-            )
-            data = {"mcpfault": {"reason": "upstream_exited", "exit_code": exit_code}}
-            reply = jsonrpc.encode(
-                jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
+            call = pending.call
+            reply, received = server_gone_reply(
+                call.request_id, exit_status=exit_code, restarted_as=None, before=f"answering {call.method}"
             )
             contacted = pending.decision.contacts_upstream
-            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="upstream_exited")
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received=received)
             emits.append(Emit(To.CLIENT, reply))
         self.stats.unanswered_at_exit = len(emits)
         return emits
@@ -635,16 +632,12 @@ class ProxyCore:
         waiting = self._take_waiting()
         emits = []
         for pending in waiting:
-            message = (
-                f"mcpfault: the MCP server restarted (exit status {exit_status}; now generation {generation}) "
-                f"before answering {pending.call.method}; the request may be retried"
-            )
-            data = {"mcpfault": {"reason": "server_restarted", "exit_code": exit_status, "generation": generation}}
-            reply = jsonrpc.encode(
-                jsonrpc.error_response(pending.call.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data)
+            call = pending.call
+            reply, received = server_gone_reply(
+                call.request_id, exit_status=exit_status, restarted_as=generation, before=f"answering {call.method}"
             )
             contacted = pending.decision.contacts_upstream  # false for a request a crash kept from the server
-            self._record(pending, Delivery(reply), upstream_contacted=contacted, received="server_restarted")
+            self._record(pending, Delivery(reply), upstream_contacted=contacted, received=received)
             emits.append(Emit(To.CLIENT, reply))
         return emits
 

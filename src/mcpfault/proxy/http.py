@@ -52,8 +52,9 @@ from mcpfault.proxy.http_process import HttpServerProcess
 from mcpfault.proxy.http_sessions import Sessions
 from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
+from mcpfault.proxy.replies import server_down_reply, server_gone_reply
 from mcpfault.proxy.supervised import ServerDown
-from mcpfault.proxy.supervisor import server_down_reply, unanswered_reply
+from mcpfault.proxy.supervisor import unanswered_reply
 from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
@@ -369,16 +370,11 @@ class HttpProxy:
     async def _killed_before(self, exchange: Exchange, owned: StdioBridge | HttpServerProcess) -> web.Response:
         """The server was killed before it saw the request: the client learns what became of the server."""
         await owned.until_back()
-        supervisor = owned.supervisor
-        if owned.exit_code is None:
-            received = "server_restarted"
-            message = f"mcpfault: the MCP server restarted (now generation {supervisor.generation}) before this request"
-            data: dict[str, Any] = {"mcpfault": {"reason": received, "generation": supervisor.generation}}
-        else:
-            received = "upstream_exited"
-            message = f"mcpfault: the MCP server exited with code {owned.exit_code} before this request"
-            data = {"mcpfault": {"reason": received, "exit_code": owned.exit_code}}
-        body = jsonrpc.encode(jsonrpc.error_response(exchange.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        exited = owned.exit_code
+        restarted_as = owned.supervisor.generation if exited is None else None
+        body, received = server_gone_reply(
+            exchange.request_id, exit_status=exited, restarted_as=restarted_as, before="this request"
+        )
         return _proxy_error(exchange, body, received, contacted=False)
 
     def _unreachable(self, exchange: Exchange, exc: BaseException) -> web.Response:

@@ -31,7 +31,8 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import pipes
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.core import Emit, ProxyCore, To
-from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor, server_down_reply
+from mcpfault.proxy.replies import server_down_reply
+from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 

@@ -26,9 +26,9 @@ import anyio
 import structlog
 
 from mcpfault.faults.profile import ServerSettings
-from mcpfault.protocol import jsonrpc
 from mcpfault.proxy import events
 from mcpfault.proxy.child import ChildProcess
+from mcpfault.proxy.replies import server_gone_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -405,25 +405,7 @@ def summary_lines(supervisor: Any) -> list[str]:
 
 
 def unanswered_reply(request_id: Any, death: ServerDeath) -> tuple[bytes, str]:
-    """The error for a request the dead server never answered, and what the client received (the event's
-    word): ``server_restarted`` naming the coming generation, or ``upstream_exited`` when none follows."""
-    status = death.exit_status
-    if death.restarting:
-        generation = death.generation + 1
-        received = "server_restarted"
-        text = f"mcpfault: the MCP server restarted (exit status {status}; now generation {generation})"
-        text += " before answering"
-        data: dict[str, Any] = {"mcpfault": {"reason": received, "exit_code": status, "generation": generation}}
-    else:
-        received = "upstream_exited"
-        text = f"mcpfault: the MCP server exited with code {status} before answering; no response will arrive"
-        data = {"mcpfault": {"reason": received, "exit_code": status}}
-    return jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data)), received
-
-
-def server_down_reply(request_id: Any, hold_s: float) -> bytes:
-    """The error for a request held while the server restarted, when it was not back within ``hold_s``
-    (the client received a ``timeout``: the request never reached a server)."""
-    text = f"mcpfault: the MCP server is down (restarting) and was not back within {hold_s:g}s; retry later"
-    data = {"mcpfault": {"reason": "server_down", "hold_s": hold_s}}
-    return jsonrpc.encode(jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, data))
+    """The error for a request the dead server never answered, and what the client received
+    (``replies.server_gone_reply``: the coming generation when it restarts)."""
+    restarted_as = death.generation + 1 if death.restarting else None
+    return server_gone_reply(request_id, exit_status=death.exit_status, restarted_as=restarted_as, before="answering")
