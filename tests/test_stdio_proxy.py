@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -95,6 +96,26 @@ def test_server_exit_mid_request_answers_in_flight_then_eof(proxy_factory):
         assert answer["error"]["data"]["mcpfault"] == {"reason": "upstream_exited", "exit_code": 3}
     assert proxy.wait() == 3
     assert [e["client_received"] for e in proxy.events()] == ["upstream_exited", "upstream_exited"]
+
+
+def test_answers_behind_a_long_line_to_a_slow_client_still_arrive_after_the_server_exits(proxy_factory):
+    # The server answers and exits at once; the proxy is still writing a long line to a client that
+    # is not reading yet. Its answer, queued behind that line, must arrive as the server wrote it: not
+    # be replaced by "exited before answering" when some fixed drain time after the exit ran out.
+    script = (
+        "import sys; sys.stdin.buffer.readline(); out = sys.stdout.buffer; "
+        'out.write(b\'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\''
+        " + b'z' * (8 << 20) + b'\"}}\\n'); "
+        'out.write(b\'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}\\n\'); out.flush()'
+    )
+    proxy = proxy_factory(PROFILES / "baseline.toml", server=[sys.executable, "-c", script])
+    proxy.send(call(1, "echo", text="answered, then the server exits"))
+    time.sleep(2.0)  # the client reads nothing for a while: the proxy's write of the long line waits
+    lines = proxy.read_until_eof(timeout=20).splitlines()
+    assert [len(line) > 8 << 20 for line in lines] == [True, False]
+    assert json.loads(lines[1]) == {"jsonrpc": "2.0", "id": 1, "result": {"ok": True}}
+    assert proxy.wait() == 0
+    assert [e["client_received"] for e in proxy.events()] == ["response"]
 
 
 def test_server_killed_mid_request_gets_error_within_a_second(proxy_factory, tmp_path):

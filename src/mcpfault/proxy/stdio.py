@@ -36,8 +36,11 @@ from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 
-# How long a server's stdout may stay open after the process is gone (a grandchild holding it).
-DRAIN_AFTER_EXIT_S = 0.5
+# After the server exited, its stdout is relayed to EOF while it keeps delivering: a grandchild holding
+# the pipe open gets DRAIN_QUIET_S of silence, and all of the drain takes at most DRAIN_MAX_S. (A fixed
+# 0.5 s once cut off answers still queued behind a long line to a slow client, under load.)
+DRAIN_QUIET_S = 0.5
+DRAIN_MAX_S = 10.0
 # How long the client gets to take the last bytes before the proxy exits anyway.
 FLUSH_TO_CLIENT_S = 5.0
 # How often time-triggered rules (a process fault at start_after_s) are looked at.
@@ -81,6 +84,10 @@ class StdioProxy:
         self._client_mid_line = False  # the server's last bytes were a partial line (it died mid-write, say)
         self._client_lines = pipes.LineSplitter()
         self._server_lines = pipes.LineSplitter()
+        # Chunks of the server's stdout begun and done relaying: the drain after its exit waits while
+        # they move, or while one is being written (to a client that reads slowly).
+        self._server_chunks_begun = 0
+        self._server_chunks_done = 0
         self._loop_thread = threading.get_ident()
         self._loop: asyncio.AbstractEventLoop
         self._calls: asyncio.Queue[tuple[Callable[..., object], tuple[object, ...]]]  # from other threads
@@ -129,8 +136,7 @@ class StdioProxy:
                     tg.start_soon(self._timed_faults)
                 while True:
                     returncode = await self._supervisor.child.wait()
-                    with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
-                        await self._server_stdout_closed.wait()
+                    await self._drain_server_stdout()
                     status = exit_status(returncode)
                     if not self._supervisor.died(status, shutting_down=self._shutdown.is_set()):
                         break
@@ -147,6 +153,18 @@ class StdioProxy:
             self._stop.close()  # the server's stdout is its reader's to close (pipes.read_loop)
             pipes.restore_blocking({fd: mode for fd, mode in modes.items() if fd in (stdin_fd, stdout_fd)})
         return status
+
+    async def _drain_server_stdout(self) -> None:
+        """Wait, once the server exited, for the rest of its stdout: until EOF, while it still moves."""
+        closed = self._server_stdout_closed
+        with anyio.move_on_after(DRAIN_MAX_S):
+            while not closed.is_set():
+                done = self._server_chunks_done
+                with anyio.move_on_after(DRAIN_QUIET_S):
+                    await closed.wait()
+                relaying = self._server_chunks_begun != self._server_chunks_done
+                if not relaying and self._server_chunks_done == done:
+                    return  # quiet: a grandchild may hold the pipe open for good
 
     async def _run_later(self, later: asyncio.Queue[Later]) -> None:
         """What the supervisor schedules (a SIGCONT, a duty cycle, a memory watch) runs in the task group."""
@@ -292,7 +310,11 @@ class StdioProxy:
 
         def on_data(data: bytes) -> None:
             if self._supervisor.generation == generation:
-                self._server_data(data)
+                self._server_chunks_begun += 1  # only this reader thread counts: no lock needed
+                try:
+                    self._server_data(data)
+                finally:
+                    self._server_chunks_done += 1
 
         def on_eof() -> None:
             if self._supervisor.generation == generation:
