@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.exposition import generate_latest as _untyped_openmetrics
 
 from mcpfault.telemetry.tallies import Tallies
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
+generate_openmetrics: Callable[[CollectorRegistry], bytes] = _untyped_openmetrics  # the library's is untyped
 BOUNDS = (0.01, 0.1, 1.0, 10.0)
 # (labels, value, trace id): below, on and between the bounds, beyond the last, negative, no exemplar.
 OBSERVED = [
@@ -62,13 +64,22 @@ def _tallied_registry() -> CollectorRegistry:
 
 
 @pytest.mark.parametrize("generate", [generate_latest, generate_openmetrics], ids=["text", "openmetrics"])
-def test_tallies_expose_what_the_library_s_metrics_do(generate: object) -> None:
-    assert callable(generate)
+def test_tallies_expose_what_the_library_s_metrics_do(generate: Callable[[CollectorRegistry], bytes]) -> None:
     library = _timeless(generate(_library_registry()))
     tallied = _timeless(generate(_tallied_registry()))
     assert 'demo_seconds_bucket{le="+Inf",method="tools/call"} 4.0' in library  # there is something to compare
     if generate is generate_openmetrics:
         assert library.count("trace_id") == 6  # the exemplars: two counters', four buckets' (+Inf too)
+    assert sorted(tallied.splitlines()) == sorted(library.splitlines())
+
+
+def test_without_created_series_neither_exports_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import prometheus_client.metrics
+
+    monkeypatch.setattr(prometheus_client.metrics, "_use_created", False)  # what disable_created_metrics() sets
+    library = _timeless(generate_openmetrics(_library_registry()))
+    tallied = _timeless(generate_openmetrics(_tallied_registry()))
+    assert "_created" not in library
     assert sorted(tallied.splitlines()) == sorted(library.splitlines())
 
 

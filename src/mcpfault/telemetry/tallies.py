@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
@@ -32,6 +33,12 @@ _le: Callable[[float], str] = floatToGoString
 # An observation's exemplar as kept: (trace id, value, unix time); an Exemplar is built at a scrape.
 _Kept = tuple[str, float, float]
 _C = TypeVar("_C")
+
+
+def _created_series() -> bool:
+    """Whether ``_created`` samples are exported, as for the library's own metrics: its switch
+    (``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics()``) is a module global it reads."""
+    return bool(getattr(prometheus_metrics, "_use_created", True))
 
 
 def _exemplar(kept: _Kept | None) -> Exemplar | None:
@@ -141,8 +148,9 @@ class TalliedCounter(_Family[CounterChild]):
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         with self._lock:
             rows = [(values, c.value, c.created, c.exemplar) for values, c in self._children.items()]
+        with_created = _created_series()
         for values, value, created, kept in rows:
-            family.add_metric(values, value, created, exemplar=_exemplar(kept))
+            family.add_metric(values, value, created if with_created else None, exemplar=_exemplar(kept))
         return family
 
 
@@ -170,12 +178,13 @@ class TalliedHistogram(_Family[HistogramChild]):
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         with self._lock:
             children = list(self._children.items())
+        with_created = _created_series()
         for values, child in children:
             buckets, total = child.buckets()
             family.add_metric(values, buckets, total)
-            # The creation time, as prometheus_client's own histograms export it (its family has no field).
-            labels = dict(zip(self.labelnames, values, strict=True))
-            family.samples.append(Sample(f"{self.name}_created", labels, child.created))
+            if with_created:  # as prometheus_client's own histograms export it (its family has no field)
+                labels = dict(zip(self.labelnames, values, strict=True))
+                family.samples.append(Sample(f"{self.name}_created", labels, child.created))
         return family
 
 
