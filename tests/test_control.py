@@ -329,6 +329,8 @@ def test_rules_change_100_times_while_8_clients_call(tmp_path: Path) -> None:
     answers: dict[int, list[dict[str, Any]]] = {}
     failures: list[str] = []
     parts = urlsplit(proxy.url)
+    answered = [0]  # calls answered, all clients together (the clients' threads add to it)
+    answered_lock = threading.Lock()
 
     def client(number: int) -> None:
         connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=20)
@@ -350,6 +352,8 @@ def test_rules_change_100_times_while_8_clients_call(tmp_path: Path) -> None:
                     got.append(json.loads(text))
                 else:
                     failures.append(f"{request_id}: HTTP {response.status} {text[:200]}")
+                with answered_lock:
+                    answered[0] += 1
         except Exception as exc:
             failures.append(f"client {number}: {exc!r}")
         finally:
@@ -375,6 +379,16 @@ def test_rules_change_100_times_while_8_clients_call(tmp_path: Path) -> None:
                 status = api(proxy.control, "DELETE", "/faults/boom")[0]
             assert status in (200, 201)
             changes += 1
+            # Calls between the changes, whatever the machine's speed (on a slow one all 100 were once
+            # done before a call came, and no answer was the rule's): at least one after each, and
+            # after probability 1.0 and after /off more than the 8 that may have been decided before
+            # the change, so that some answers are the rule's errors and some are not.
+            with answered_lock:
+                target = answered[0] + (9 if step in (1, 2) else 1)
+            deadline = time.monotonic() + 20
+            while answered[0] < target and not failures:
+                assert time.monotonic() < deadline, f"no call was answered in 20 s after change {changes}"
+                time.sleep(0.001)
         changed.set()
         for thread in threads:
             thread.join(60)
