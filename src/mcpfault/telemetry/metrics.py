@@ -39,10 +39,14 @@ def normalize_method(method: str) -> str:
     return method if method in names.KNOWN_MCP_METHODS else names.OTHER
 
 
+def _trace_id(trace_id_hex: str | None) -> str | None:
+    """The trace an exemplar may point at: None for no trace or the invalid all-zero id."""
+    return trace_id_hex if trace_id_hex and trace_id_hex != _INVALID_TRACE_ID else None
+
+
 def _exemplar(trace_id_hex: str | None) -> dict[str, str] | None:
-    if not trace_id_hex or trace_id_hex == _INVALID_TRACE_ID:
-        return None
-    return {names.EXEMPLAR_TRACE_ID: trace_id_hex}
+    trace_id = _trace_id(trace_id_hex)
+    return {names.EXEMPLAR_TRACE_ID: trace_id} if trace_id is not None else None
 
 
 class _Metrics:
@@ -171,7 +175,7 @@ class ProxyMetrics(_Metrics):
             )
             # A race here only looks the same children up twice; labels() itself is thread-safe.
             self._request_children[key] = children
-        trace_id = trace_id_hex if trace_id_hex and trace_id_hex != _INVALID_TRACE_ID else None
+        trace_id = _trace_id(trace_id_hex)
         children[0].inc(1.0, trace_id)
         children[1].observe(duration_s, trace_id)
         if added_s is not None:
