@@ -47,6 +47,11 @@ class LineSplitter:
             self._parts.append(chunk[start:] if start else chunk)
         return lines
 
+    @property
+    def empty(self) -> bool:
+        """Whether no partial line waits for the next chunk."""
+        return not self._parts
+
     def rest(self) -> bytes:
         """What came after the last newline (a partial line at EOF)."""
         rest = b"".join(self._parts)

@@ -83,6 +83,9 @@ class StdioProxy:
         self._core_failed_logged = False
         self._client_mid_line = False  # the server's last bytes were a partial line (it died mid-write, say)
         self._client_lines = pipes.LineSplitter()
+        # The core's lanes for a line nothing can happen to (see ProxyCore.has_lanes).
+        self._client_lane = core.lane_from_client if core.has_lanes else None
+        self._server_lane = core.lane_from_server if core.has_lanes else None
         self._server_lines = pipes.LineSplitter()
         # Chunks of the server's stdout begun and done relaying: the drain after its exit waits while
         # they move, or while one is being written (to a client that reads slowly).
@@ -325,13 +328,38 @@ class StdioProxy:
         await self._pump(fd, on_data, on_eof, close=True)
 
     def _client_data(self, data: bytes) -> None:
-        self._relay(self._client_lines.feed(data), self.core.from_client, To.SERVER)
+        lane = self._client_lane if self._server_up else None
+        if lane is not None and data.find(b"\n") == len(data) - 1 and self._client_lines.empty:
+            # One whole line, the common case, in as few steps as it takes.
+            with self._core_lock:
+                try:
+                    upstream = lane(data)
+                except Exception:
+                    upstream = self._core_failed(data)
+            if upstream is not None:
+                self._to_server_now([upstream])
+                return
+            lane = None  # the core's full path decides; the lane has seen this line already
+        self._relay(self._client_lines.feed(data), self.core.from_client, To.SERVER, lane)
 
     def _server_data(self, data: bytes) -> None:
+        # Not while the server is down or restarting: its first answer ends the downtime (below).
+        lane = self._server_lane if self._server_up and not self._supervisor.down else None
+        if lane is not None and data.find(b"\n") == len(data) - 1 and self._server_lines.empty:
+            with self._core_lock:
+                try:
+                    answer = lane(data)
+                except Exception:
+                    answer = self._core_failed(data)
+            if answer is not None:
+                if not self._to_client.write(answer):
+                    self._client_left(f"the client stopped reading ({self._to_client.broken})")
+                return
+            lane = None
         lines = self._server_lines.feed(data)
         if self._supervisor.down and any(jsonrpc.parse(line).kind is MessageKind.RESPONSE for line in lines):
             self._supervisor.answered()  # the restarted server answers: its downtime ends
-        self._relay(lines, self.core.from_server, To.CLIENT)
+        self._relay(lines, self.core.from_server, To.CLIENT, lane)
         if not self._server_up and not self.core.replaying:
             self._release_held()  # the replayed handshake is answered: the client's requests may follow
 
@@ -348,19 +376,26 @@ class StdioProxy:
             self._client_mid_line = True
         self._in_loop(closed.set)
 
-    def _relay(self, lines: list[bytes], handle: Callable[[bytes], list[Emit]], natural: To) -> None:
+    def _relay(
+        self,
+        lines: list[bytes],
+        handle: Callable[[bytes], list[Emit]],
+        natural: To,
+        lane: Callable[[bytes], bytes | None] | None = None,
+    ) -> None:
         to_server: list[bytes] = []
         to_client: list[bytes] = []
         later: list[Emit] = []
+        passed = to_server if natural is To.SERVER else to_client
         with self._core_lock:
             for line in lines:
                 try:
+                    if lane is not None and (data := lane(line)) is not None:
+                        passed.append(data)  # see ProxyCore.lane_from_client
+                        continue
                     emits = handle(line)
-                except Exception:  # a bug of ours must not cost the user a message: relay the line as is
-                    if not self._core_failed_logged:
-                        self._core_failed_logged = True
-                        log.exception("internal error while handling a line; relaying it untouched", size=len(line))
-                    emits = [Emit(natural, line)]
+                except Exception:
+                    emits = [Emit(natural, self._core_failed(line))]
                 for emit in emits:
                     if emit.process is not None:
                         # Before the request goes out (a stall stops the server first; a crash
@@ -387,6 +422,13 @@ class StdioProxy:
             self._to_server_now(to_server)
         for emit in later:
             self._in_loop(self._schedule, emit)
+
+    def _core_failed(self, line: bytes) -> bytes:
+        """A bug of ours must not cost the user a message: the line is relayed as it is (logged once)."""
+        if not self._core_failed_logged:
+            self._core_failed_logged = True
+            log.exception("internal error while handling a line; relaying it untouched", size=len(line))
+        return line
 
     def _to_server_now(self, lines: list[bytes]) -> None:
         """Write to the server, or hold the lines while it is down (a restart is coming)."""
