@@ -92,6 +92,9 @@ def default_configs(profile: str) -> list[Config]:
     configs = [
         Config("direct", server),
         Config("relay", (python, str(RELAY), "--", *server)),
+        # The floor for a proxy that understands the messages: the relay, plus a parse of each line
+        # and the requests in flight (relay.py --parse). How far 1.5x the relay is from what CPython can do.
+        Config("parsing-relay", (python, str(RELAY), "--parse", "--", *server)),
         # `-m mcpfault` is the same entry point as .venv/bin/mcpfault without depending on PATH.
         Config("mcpfault", (python, "-m", "mcpfault", "proxy", "--config", profile, "--", *server)),
     ]
@@ -431,6 +434,15 @@ def ratios(summaries: list[Summary[Config]]) -> list[str]:
     lines = []
     if relay_added > 0:
         lines.append(_at_most("mcpfault", proxy_added, "relay", relay_added, 1.5))
+        if "parsing-relay" in by_name:  # the floor: what parsing each line and tracking ids cost alone
+            floor = added("parsing-relay")
+            lines.append(
+                f"parsing-relay added p50 / relay added p50 = {floor:.1f} / {relay_added:.1f} us = "
+                f"{floor / relay_added:.2f}; mcpfault added p50 / parsing-relay added p50 = "
+                f"{proxy_added / floor:.2f}"
+                if floor > 0
+                else f"parsing-relay added p50 is {floor:.1f} us (not > 0)"
+            )
         # Spans to a file plus Prometheus metrics: at most 2.5x the relay's added p50.
         if "mcpfault-traced-metrics" in by_name:
             lines.append(
