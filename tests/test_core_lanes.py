@@ -74,6 +74,7 @@ def run(core: ProxyCore, *, lanes: bool) -> tuple[list[list[bytes]], int]:
             if passed is not None:
                 taken += 1
                 out.append([passed])
+                core.end_passed()  # as the transport does once it has written the line
                 continue
         handle = core.from_client if to is To.SERVER else core.from_server
         out.append([emit.data for emit in handle(line)])
@@ -209,3 +210,18 @@ def test_a_rule_added_at_run_time_turns_the_lane_off_for_what_it_can_act_on() ->
     assert core.lane_from_server(answer(1)) is not None  # what was let through ends as it began
     [emit] = core.from_client(call(2, "echo"))
     assert emit.to is To.CLIENT and b"-32603" in emit.data  # the rule's error, straight back
+
+
+def test_an_answer_let_through_ends_its_span_once_written(tmp_path: Path) -> None:
+    core, queued, recorder = traced(tmp_path, "later")
+    core.from_client(INITIALIZE)
+    core.from_server(CONVERSATION[1][1])
+    assert len(queued) == 1
+    upstream = core.lane_from_client(call(1, "echo"))
+    assert upstream is not None and b"traceparent" in upstream
+    assert core.lane_from_server(answer(1)) == answer(1)
+    assert len(queued) == 1 and core.in_flight == 0  # done with, its span not yet ended
+    core.end_passed()
+    core.end_passed()  # nothing twice
+    [_, span] = built(recorder, queued)
+    assert span["name"] == "tools/call echo" and int(span["endTimeUnixNano"]) > int(span["startTimeUnixNano"])

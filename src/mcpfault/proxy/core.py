@@ -204,6 +204,8 @@ class ProxyCore:
         # The keys of a 2026-07-28 input_required result's inputRequests -> their methods, until the retry
         # answers them (bounded: a server may ask and never hear back).
         self._input_methods: dict[str, str] = {}
+        # Answers a lane let through whose spans end once the transport has written them (end_passed).
+        self._passed: list[tuple[InFlight, PlainAnswer]] = []
 
     @property
     def observers(self) -> tuple[RequestObserver, ...]:
@@ -586,18 +588,36 @@ class ProxyCore:
         if pending is None or pending.decision is not PASS or key in self._reused or self.engine.wants_responses:
             return None
         del self._in_flight[key]
-        self._pass_answer(pending, line, body, arrived)
+        self._pass_answer(pending, line, body, arrived, later=True)
         return line
 
-    def _pass_answer(self, pending: InFlight, line: bytes, body: dict[str, Any], arrived: float | None) -> None:
-        """The end of a request nothing happened to, and nothing watches answers."""
+    def _pass_answer(
+        self, pending: InFlight, line: bytes, body: dict[str, Any], arrived: float | None, *, later: bool = False
+    ) -> None:
+        """The end of a request nothing happened to, and nothing watches answers. ``later``: its span
+        ends in ``end_passed``, after the transport has written the answer."""
         method = pending.body["method"]
         if method in HANDSHAKE_METHODS:
             self.era.observe_handshake_result(method, body.get("result"))
         deferring = self._deferring
         if deferring is not None:
             answer = PlainAnswer(line, body, arrived or 0.0, self._clock(), self.era.protocol_version, self.generation)
-            deferring.answered_plain(pending, answer)
+            if later:
+                self._passed.append((pending, answer))
+            else:
+                deferring.answered_plain(pending, answer)
+
+    def end_passed(self) -> None:
+        """End the requests whose answers ``lane_from_server`` let through, once the transport has
+        written them: the client need not wait for their spans and metrics. Called by the thread that
+        called the lane, with or without the core's lock (the observer's ending does not need it)."""
+        passed = self._passed
+        if passed:
+            deferring = self._deferring
+            assert deferring is not None
+            self._passed = []
+            for pending, answer in passed:
+                deferring.answered_plain(pending, answer)
 
     def from_server(self, line: bytes) -> list[Emit]:
         # When this line arrived, kept with the request it answers: the proxy's share ends are timed

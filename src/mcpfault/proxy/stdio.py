@@ -354,12 +354,14 @@ class StdioProxy:
             if answer is not None:
                 if not self._to_client.write(answer):
                     self._client_left(f"the client stopped reading ({self._to_client.broken})")
+                self.core.end_passed()
                 return
             lane = None
         lines = self._server_lines.feed(data)
         if self._supervisor.down and any(jsonrpc.parse(line).kind is MessageKind.RESPONSE for line in lines):
             self._supervisor.answered()  # the restarted server answers: its downtime ends
         self._relay(lines, self.core.from_server, To.CLIENT, lane)
+        self.core.end_passed()
         if not self._server_up and not self.core.replaying:
             self._release_held()  # the replayed handshake is answered: the client's requests may follow
 
