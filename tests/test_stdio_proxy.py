@@ -369,3 +369,17 @@ def test_events_are_appended_with_a_line_per_start(proxy_factory, tmp_path):
     starts = [r for r in rows if r.get("event") == "proxy_started"]
     assert len(starts) == 2 and all(s["profile"] == "error" and s["transport"] == "stdio" for s in starts)
     assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call"] * 2
+
+
+def test_lines_a_lane_passes_around_a_process_fault_in_one_chunk_all_arrive(proxy_factory, tmp_path):
+    # One write of three requests: the first and last take the core's lane (no rule acts on their
+    # methods), the middle one stops the server first (a stall), which sends what came before it alone.
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "stall"\nduration_s = 0.3\ntools = ["slow"]\nlimit = 1\n')
+    proxy = proxy_factory(profile, events=False)
+    proxy.send(INIT)
+    assert proxy.read_json()["id"] == 0
+    proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    proxy.send(request(1, "tools/list") + call(2, "slow", text="b") + request(3, "tools/list"))
+    assert sorted(proxy.read_json()["id"] for _ in range(3)) == [1, 2, 3]
+    proxy.close_stdin()
+    assert proxy.wait() == 0

@@ -388,12 +388,12 @@ class StdioProxy:
         to_server: list[bytes] = []
         to_client: list[bytes] = []
         later: list[Emit] = []
-        passed = to_server if natural is To.SERVER else to_client
         with self._core_lock:
             for line in lines:
                 try:
                     if lane is not None and (data := lane(line)) is not None:
-                        passed.append(data)  # see ProxyCore.lane_from_client
+                        # See ProxyCore.lane_from_client; not an alias of to_server, which a process fault renews.
+                        (to_server if natural is To.SERVER else to_client).append(data)
                         continue
                     emits = handle(line)
                 except Exception:
