@@ -229,6 +229,11 @@ class RoundResult:
     p90_us: float
     p99_us: float
     rate_per_s: float  # messages/s (stdio burst) or requests/s (concurrent HTTP clients)
+    # CPU microseconds per message (request) during the throughput run: the configuration's own process
+    # (the proxy, the relay; for stdio's direct the server), and for HTTP the echo server and our clients.
+    cpu_us: float = math.nan
+    server_cpu_us: float = math.nan
+    client_cpu_us: float = math.nan
 
 
 @dataclass
@@ -250,15 +255,40 @@ def percentile(sorted_values: Sequence[int], pct: float) -> float:
     return float(sorted_values[rank - 1])
 
 
-def round_result(samples: list[int], operations: int, elapsed_ns: int) -> RoundResult:
-    """Percentiles of latency ``samples`` (nanoseconds; sorted in place) and ``operations`` in ``elapsed_ns``."""
+def round_result(samples: list[int], operations: int, elapsed_ns: int, cpu_ns: Sequence[float] = ()) -> RoundResult:
+    """Percentiles of latency ``samples`` (nanoseconds; sorted in place) and ``operations`` in ``elapsed_ns``;
+    ``cpu_ns``: CPU nanoseconds in that time, as ``RoundResult``'s CPU fields (own, server, client)."""
     samples.sort()
+    per_op = [ns / operations / 1000 for ns in cpu_ns]
     return RoundResult(
         p50_us=percentile(samples, 50) / 1000,
         p90_us=percentile(samples, 90) / 1000,
         p99_us=percentile(samples, 99) / 1000,
         rate_per_s=operations / (elapsed_ns / 1e9),
+        **dict(zip(("cpu_us", "server_cpu_us", "client_cpu_us"), per_op, strict=False)),
     )
+
+
+def cpu_ns(pid: int) -> float:
+    """CPU nanoseconds the threads of process ``pid`` now alive have run (not its children's):
+    the scheduler's own count (``/proc/PID/task/*/schedstat``), finer than the 10 ms ticks of
+    ``/proc/PID/stat``. NaN where there is no such file (not Linux, or the process has gone)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return math.nan
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return float(total)
+
+
+def cpu_cell(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.1f}"
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -358,13 +388,15 @@ def run_facts(when: dt.datetime, loads: tuple[str, str], machine_note: str = "")
         f"- Load average (1/5/15 min) at start: {loads[0]}; at end: {loads[1]}",
         f"- Command: `{command_line()}`",
     ]
-    busiest = max(float(load.split()[0]) for load in loads)
+    # Only the load at the start says whether other work was running: the load at the end counts the
+    # benchmark's own processes (with 8 HTTP clients, a server and a proxy on 2 CPUs it reaches ~3 alone).
+    before = float(loads[0].split()[0])
     cpus = os.cpu_count() or 1
-    if busiest > cpus:
+    if before > cpus:
         facts.append(
-            f"- **A busy machine**: a load of {busiest:.1f} on {cpus} CPUs (other work was running). Every"
-            " figure here is inflated by waiting for a CPU; only the interleaved ratios say something,"
-            " and they too move from run to run."
+            f"- **A busy machine**: a load of {before:.1f} on {cpus} CPUs before this benchmark began (other"
+            " work was running). Every figure here is inflated by waiting for a CPU; only the interleaved"
+            " ratios say something, and they too move from run to run."
         )
     return facts
 

@@ -66,6 +66,8 @@ from common import (  # a sibling module: benchmarks/ is sys.path[0] when this r
     blame,
     check_echo_tool,
     check_initialize,
+    cpu_cell,
+    cpu_ns,
     decode,
     display_path,
     echo_body,
@@ -469,10 +471,13 @@ def run_round(summaries: list[Summary[HttpConfig]], round_index: int, args: argp
     server_codes: list[int | None] = []
     with contextlib.ExitStack() as stack:
         upstreams: dict[str, str] = {}
+        server_pids: dict[str, int] = {}
         for kind in sorted({s.config.upstream for s in summaries}):
             command = [sys.executable, str(ECHO_SERVER), "0", *(["--sse"] if kind == "sse" else [])]
-            _, upstreams[kind] = stack.enter_context(started(f"echo-server-{kind}", command, args, server_codes))
+            server, upstreams[kind] = stack.enter_context(started(f"echo-server-{kind}", command, args, server_codes))
+            server_pids[kind] = server.proc.pid
         urls: dict[int, str] = {}
+        pids: dict[int, int] = {}  # the configuration's own process (none for direct)
         for index in rotated(count, round_index):
             config = summaries[index].config
             if not config.command:
@@ -483,7 +488,8 @@ def run_round(summaries: list[Summary[HttpConfig]], round_index: int, args: argp
                 part.replace("{upstream}", upstreams[config.upstream]).replace("{spans}", spans)
                 for part in config.command
             ]
-            _, url = stack.enter_context(started(config.name, command, args, summaries[index].exit_codes))
+            process, url = stack.enter_context(started(config.name, command, args, summaries[index].exit_codes))
+            pids[index] = process.proc.pid
             parts = urllib.parse.urlsplit(url)
             if parts.path in ("", "/"):  # a relay that keeps paths: the server's MCP path through it
                 url = parts._replace(path=urllib.parse.urlsplit(upstreams[config.upstream]).path).geturl()
@@ -509,14 +515,25 @@ def run_round(summaries: list[Summary[HttpConfig]], round_index: int, args: argp
             for index in rotated(count, round_index + block):
                 with blame(summaries[index].config.name):
                     latency[index] += latency_clients[index].calls(size, args.payload, timed=True)
+        # CPU during the throughput parts: the configuration's process, the echo server, our client threads.
+        cpu = [[0.0, 0.0, 0.0] for _ in summaries]
         for part, size in enumerate(split(args.calls_per_client, args.throughput_parts)):
             for index in rotated(count, round_index + part):
                 with blame(summaries[index].config.name):
+                    watched = (pids.get(index), server_pids[summaries[index].config.upstream])
+                    before = [cpu_ns(pid) if pid is not None else math.nan for pid in watched]
+                    client_before = time.process_time_ns()
                     elapsed_ns[index] += concurrent_calls(crowd[index], size, args.payload, args.timeout)
+                    cpu[index][2] += time.process_time_ns() - client_before
+                    for slot, (pid, start) in enumerate(zip(watched, before, strict=True)):
+                        cpu[index][slot] += (cpu_ns(pid) if pid is not None else math.nan) - start
     if any(code != 0 for code in server_codes):
         print(f"warning: echo server exit codes {server_codes}", file=sys.stderr)
     calls = args.clients * args.calls_per_client
-    return [round_result(samples, calls, elapsed) for samples, elapsed in zip(latency, elapsed_ns, strict=True)]
+    return [
+        round_result(samples, calls, elapsed, used)
+        for samples, elapsed, used in zip(latency, elapsed_ns, cpu, strict=True)
+    ]
 
 
 def run(configs: list[HttpConfig], args: argparse.Namespace) -> list[Summary[HttpConfig]]:
@@ -553,6 +570,9 @@ def table_rows(summaries: list[Summary[HttpConfig]]) -> tuple[list[str], list[li
         "req/s",
         "req/s min-max",
         "x direct req/s",
+        "CPU us/req: proxy",
+        "server",
+        "clients",
     ]
     rows = []
     for s in summaries:
@@ -571,6 +591,9 @@ def table_rows(summaries: list[Summary[HttpConfig]]) -> tuple[list[str], list[li
                 f"{rate:,.0f}",
                 f"{min(rates):,.0f}-{max(rates):,.0f}",
                 f"{rate / base.median('rate_per_s'):.2f}" if base else "n/a",
+                cpu_cell(s.median("cpu_us")),
+                cpu_cell(s.median("server_cpu_us")),
+                cpu_cell(s.median("client_cpu_us")),
             ]
         )
     return header, rows
@@ -659,7 +682,9 @@ def markdown_block(
             f" {args.clients} concurrent clients, each with its own connection and session, each making"
             f" {args.calls_per_client} sequential calls; all calls / wall time. Rounds are interleaved (rotating"
             " order, latency in alternating blocks); each figure is the median across rounds. Every answer is"
-            " checked (status, id, echoed text).",
+            " checked (status, id, echoed text). `CPU us/req`, in the throughput runs: the process under test"
+            " (all its threads), the echo server, and the benchmark's own client threads (one process: they"
+            " share one GIL); with 2 CPUs, what these three use per request bounds the rate.",
             "",
             *run_facts(when, loads, "; client, echo server and the process under test all share these CPUs"),
             f"- Settings: {args.rounds} rounds; {args.calls} sequential calls (+{args.warmup} warm-up) in blocks of"

@@ -49,6 +49,8 @@ from common import (  # a sibling module: benchmarks/ is sys.path[0] when this r
     blame,
     check_echo_tool,
     check_initialize,
+    cpu_cell,
+    cpu_ns,
     decode,
     display_path,
     echo_body,
@@ -354,11 +356,18 @@ def run_round(summaries: list[Summary[Config]], round_index: int, args: argparse
             for index in rotated(count, round_index + block):
                 with blame(summaries[index].config.name):
                     latency[index] += measure_latency(by_index[index], size, args.payload)
+        cpu = [0.0] * count  # the configuration's own process during its bursts (not the server behind it)
         for part, size in enumerate(split(args.burst, args.burst_parts)):
             for index in rotated(count, round_index + part):
                 with blame(summaries[index].config.name):
+                    pid = by_index[index].proc.pid
+                    before = cpu_ns(pid)
                     elapsed_ns[index] += measure_burst(by_index[index], size, args.payload)
-    return [round_result(samples, args.burst, elapsed) for samples, elapsed in zip(latency, elapsed_ns, strict=True)]
+                    cpu[index] += cpu_ns(pid) - before
+    return [
+        round_result(samples, args.burst, elapsed, (used,))
+        for samples, elapsed, used in zip(latency, elapsed_ns, cpu, strict=True)
+    ]
 
 
 def run(configs: list[Config], args: argparse.Namespace) -> list[Summary[Config]]:
@@ -381,7 +390,7 @@ def run(configs: list[Config], args: argparse.Namespace) -> list[Summary[Config]
 
 def table_rows(summaries: list[Summary[Config]]) -> tuple[list[str], list[list[str]]]:
     base = next((s for s in summaries if s.config.name == "direct"), None)
-    header = ["config", "p50 us", "p90 us", "p99 us", "+p50 us", "+p99 us", "msgs/s", "msgs/s min-max"]
+    header = ["config", "p50 us", "p90 us", "p99 us", "+p50 us", "+p99 us", "msgs/s", "msgs/s min-max", "CPU us/msg"]
     rows = []
     for s in summaries:
         p50, p99 = s.median("p50_us"), s.median("p99_us")
@@ -398,6 +407,7 @@ def table_rows(summaries: list[Summary[Config]]) -> tuple[list[str], list[list[s
                 added_p99,
                 f"{s.median('rate_per_s'):,.0f}",
                 f"{min(rates):,.0f}-{max(rates):,.0f}",
+                cpu_cell(s.median("cpu_us")),
             ]
         )
     return header, rows
@@ -492,7 +502,9 @@ def markdown_report(
             " sequential `tools/call` echo round trip seen by the client; `+p50`/`+p99` are added over `direct`."
             " Throughput is a pipelined burst of requests written by one thread while another reads the replies."
             " In each round all configurations run side by side and are measured in alternating blocks"
-            " (rotating order), so machine noise hits them alike; each figure is the median across rounds.",
+            " (rotating order), so machine noise hits them alike; each figure is the median across rounds."
+            " CPU us/msg: what the configuration's own process (all its threads, not the server it runs) used per"
+            " message during the bursts; for direct, the echo server itself.",
             "",
             *run_facts(started, loads),
             f"- Settings: {args.rounds} rounds, {args.calls} sequential calls (+{args.warmup} warm-up),"
