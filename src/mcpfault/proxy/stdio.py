@@ -330,12 +330,7 @@ class StdioProxy:
     def _client_data(self, data: bytes) -> None:
         lane = self._client_lane if self._server_up else None
         if lane is not None and data.find(b"\n") == len(data) - 1 and self._client_lines.empty:
-            # One whole line, the common case, in as few steps as it takes.
-            with self._core_lock:
-                try:
-                    upstream = lane(data)
-                except Exception:
-                    upstream = self._core_failed(data)
+            upstream = self._through(lane, data)
             if upstream is not None:
                 self._to_server_now([upstream])
                 return
@@ -346,11 +341,7 @@ class StdioProxy:
         # Not while the server is down or restarting: its first answer ends the downtime (below).
         lane = self._server_lane if self._server_up and not self._supervisor.down else None
         if lane is not None and data.find(b"\n") == len(data) - 1 and self._server_lines.empty:
-            with self._core_lock:
-                try:
-                    answer = lane(data)
-                except Exception:
-                    answer = self._core_failed(data)
+            answer = self._through(lane, data)
             if answer is not None:
                 if not self._to_client.write(answer):
                     self._client_left(f"the client stopped reading ({self._to_client.broken})")
@@ -424,6 +415,15 @@ class StdioProxy:
             self._to_server_now(to_server)
         for emit in later:
             self._in_loop(self._schedule, emit)
+
+    def _through(self, lane: Callable[[bytes], bytes | None], line: bytes) -> bytes | None:
+        """One whole line through a lane (the common case, in as few steps as it takes); None: the
+        core's full path decides."""
+        with self._core_lock:
+            try:
+                return lane(line)
+            except Exception:
+                return self._core_failed(line)
 
     def _core_failed(self, line: bytes) -> bytes:
         """A bug of ours must not cost the user a message: the line is relayed as it is (logged once)."""
