@@ -164,6 +164,10 @@ REFUSED = {
     "a null id": (To.SERVER, call(None, "echo")),
     "the client's answer to a server's request": (To.SERVER, b'{"jsonrpc":"2.0","id":"s","result":{}}\n'),
     "a line that is not JSON": (To.SERVER, b"{nope\n"),
+    "a line nested too deeply": (
+        To.SERVER,
+        b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}\n",
+    ),
     "a server's request": (To.CLIENT, b'{"jsonrpc":"2.0","id":"s","method":"roots/list"}\n'),
     "an answer to nothing in flight": (To.CLIENT, answer(123)),
     "a 2026 input_required result": (To.CLIENT, answer(8, resultType="input_required", inputRequests={})),

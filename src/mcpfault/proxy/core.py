@@ -50,9 +50,6 @@ _UNTIMED = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstr
 _ENDED_ON_ARRIVAL = frozenset({"http_error", "error"})
 
 
-_PLAIN_IDS = (int, str)  # ids the lanes take; the rest (floats, null) take the full path
-
-
 class To(enum.Enum):
     CLIENT = "client"
     SERVER = "server"
@@ -240,9 +237,9 @@ class ProxyCore:
             return None
         try:
             body = orjson.loads(line)
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, RecursionError):  # as jsonrpc.parse
             return None
-        if body.__class__ is not dict or body.get("id").__class__ not in _PLAIN_IDS:
+        if body.__class__ is not dict or body.get("id").__class__ not in jsonrpc.PLAIN_IDS:
             return None
         method = body.get("method")
         if method.__class__ is not str or method in HANDSHAKE_METHODS or self.engine.cares_about(method):
@@ -576,14 +573,14 @@ class ProxyCore:
             return None
         try:
             body = orjson.loads(line)
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, RecursionError):  # as jsonrpc.parse
             return None
         if body.__class__ is not dict or "method" in body or ("result" not in body and "error" not in body):
             return None
         request_id = body.get("id")
-        if request_id.__class__ not in _PLAIN_IDS:
+        if request_id.__class__ not in jsonrpc.PLAIN_IDS:
             return None
-        key = (request_id.__class__ is str, request_id)
+        key = jsonrpc.id_key(request_id)
         pending = self._in_flight.get(key)
         if pending is None or pending.decision is not PASS or key in self._reused or self.engine.wants_responses:
             return None
