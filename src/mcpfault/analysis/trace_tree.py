@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from opentelemetry.trace import SpanKind
 
-from mcpfault.analysis.traces import proxy_faults
+from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER, ordered
+from mcpfault.analysis.traces import SPAN_FILES, proxy_faults
 from mcpfault.telemetry import names
 from mcpfault.telemetry.span_files import SpanView, read_spans
 
@@ -25,6 +27,22 @@ _STATE_PREFIX = "mcpfault.state."
 class Node:
     span: SpanView
     children: list[Node] = field(default_factory=list)
+
+
+# What marks a directory as a run's: a run's or a bench's records, an experiment's journal, or a
+# session's span files (a bench's sessions/PROFILE/AGENT/sNNN).
+RUN_MARKERS: Final = ("records.jsonl", "journal.jsonl", *SPAN_FILES)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise ValueError, saying what to give instead, unless ``run_dir`` is a run's --out directory."""
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir} is not a directory; give the --out directory of a run, bench or experiment")
+    if not any((run_dir / marker).is_file() for marker in RUN_MARKERS):
+        raise ValueError(
+            f"{run_dir} is not a run's directory: it holds none of {', '.join(RUN_MARKERS)}; give the --out "
+            "directory of `mcpfault run`, `bench` or `experiment run` (or one of a bench's session directories)"
+        )
 
 
 def read_run(run_dir: Path) -> list[SpanView]:
@@ -61,6 +79,64 @@ def tasks(roots: Sequence[Node]) -> list[Node]:
     return sorted(found, key=lambda n: n.span.start_unix_nano)
 
 
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One task span as ``traces show`` lists it."""
+
+    node: Node
+    profile: str
+    agent: str
+    session: int | None
+    index: int
+    workflow: str
+    outcome: str
+    faults: tuple[str, ...]
+
+    @property
+    def trace_id(self) -> str:
+        return self.node.span.trace_id
+
+
+def task_rows(
+    roots: Sequence[Node],
+    *,
+    outcome: str | None = None,
+    profile: str | None = None,
+    agent: str | None = None,
+) -> list[TaskRow]:
+    """The task spans in ``roots`` that match every filter given, sorted by profile (in the report's
+    order), agent, session and task."""
+    rows = []
+    for node in tasks(roots):
+        attrs = node.span.attributes
+        session = attrs.get(names.SESSION_INDEX)
+        index = attrs.get(names.TASK_INDEX)
+        assert isinstance(index, int)  # tasks() finds the spans that have it
+        row = TaskRow(
+            node=node,
+            profile=_text(attrs.get(names.PROFILE, "")),
+            agent=_text(attrs.get(names.AGENT, "")),
+            session=session if isinstance(session, int) else None,
+            index=index,
+            workflow=_text(attrs.get(names.TASK_WORKFLOW, "")),
+            outcome=_text(attrs.get(names.TASK_OUTCOME, "")),
+            faults=tuple(task_faults(node)),
+        )
+        if outcome is not None and row.outcome != outcome:
+            continue
+        if profile is not None and row.profile != profile:
+            continue
+        if agent is not None and row.agent != agent:
+            continue
+        rows.append(row)
+    profiles = {p: i for i, p in enumerate(ordered((r.profile for r in rows), PROFILE_ORDER))}
+    agents = {a: i for i, a in enumerate(ordered((r.agent for r in rows), AGENT_ORDER))}
+    return sorted(
+        rows,
+        key=lambda r: (profiles[r.profile], agents[r.agent], -1 if r.session is None else r.session, r.index),
+    )
+
+
 def task_faults(node: Node) -> list[str]:
     """``type/mode`` of every fault the proxy applied under a task, in order."""
     found: list[str] = []
@@ -86,6 +162,10 @@ def label(span: SpanView) -> str:
             parts.append(f"outcome={attrs[names.TASK_OUTCOME]}")
         if names.AGENT in attrs:
             parts.append(f"({attrs[names.AGENT]})")
+        if names.PROFILE in attrs:
+            parts.append(f"profile={attrs[names.PROFILE]}")
+        if names.SESSION_INDEX in attrs:
+            parts.append(f"session={attrs[names.SESSION_INDEX]}")
     elif _is_proxy(span):
         parts.append("proxy")
         faults = proxy_faults(span)

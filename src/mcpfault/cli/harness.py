@@ -341,7 +341,7 @@ def _run(args: argparse.Namespace) -> int:
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
     console.print(
         f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, proxy log and server state in {out}/"
-        + (f"; trace {result.trace_id}" if result.trace_id else "")
+        + (f"; session trace {result.trace_id}, a trace per task (traces show {out})" if result.trace_id else "")
     )
     pushed = _push(args.pushgateway, result.records, out, "run")
     if result.error:

@@ -61,12 +61,19 @@ def add_tools(commands: Any) -> None:
         description="Read every *spans.jsonl under RUN_DIR and print the trace tree of a task (--task N) or a "
         "trace (--trace ID): the task with its outcome, each attempt, the proxy's span with its faults and what "
         "the client received, the server's span with its state changes. Without either: one line per task "
-        "(outcome, faults, trace id), to pick one.",
+        "(profile, agent, session, outcome, faults, trace id; each task is the root of its own trace), sorted "
+        "by profile, agent, session and task, to pick one. --outcome, --profile and --agent keep the tasks "
+        "that match (with --task too). Exit 2 when RUN_DIR is not a run's directory.",
     )
-    show.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the --out directory of a run or bench")
+    show.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the --out directory of a run, bench or experiment")
     which = show.add_mutually_exclusive_group()
     which.add_argument("--task", type=int, metavar="N", help="the task with this index (every cell's, in a bench)")
     which.add_argument("--trace", metavar="ID", help="the trace with this id (32 hex digits, or its start)")
+    from mcpfault.analysis.records import OUTCOMES
+
+    show.add_argument("--outcome", choices=OUTCOMES, help="only tasks with this outcome (e.g. failed_silent)")
+    show.add_argument("--profile", metavar="NAME", help="only tasks run under this profile")
+    show.add_argument("--agent", metavar="NAME", help="only tasks of this agent")
     show.set_defaults(handler=_traces_show, command="traces show")
     traces.set_defaults(handler=lambda _args: usage(traces))
 
@@ -185,38 +192,49 @@ def _traces_show(args: argparse.Namespace) -> int:
     from rich.tree import Tree
 
     from mcpfault.analysis import trace_tree
-    from mcpfault.telemetry import names
 
-    if not args.run_dir.is_dir():
-        raise UsageError(f"{args.run_dir} is not a directory; give the --out directory of a run or bench")
+    try:
+        trace_tree.check_run_dir(args.run_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     spans = trace_tree.read_run(args.run_dir)
     if not spans:
-        raise UsageError(f"no spans under {args.run_dir}: it holds no *spans.jsonl (was it a run's --out directory?)")
+        raise UsageError(f"no spans under {args.run_dir}: it holds no *spans.jsonl (was it run with traces off?)")
     roots = trace_tree.trees(spans)
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    rows = trace_tree.task_rows(roots, outcome=args.outcome, profile=args.profile, agent=args.agent)
+    filters = " ".join(
+        f"--{name} {value}"
+        for name, value in (("outcome", args.outcome), ("profile", args.profile), ("agent", args.agent))
+        if value is not None
+    )
     if args.trace is not None:
         chosen = [r for r in roots if r.span.trace_id.startswith(args.trace.lower())]
         if not chosen:
             raise UsageError(f"no trace {args.trace!r} under {args.run_dir}")
     elif args.task is not None:
-        chosen = [t for t in trace_tree.tasks(roots) if t.span.attributes.get(names.TASK_INDEX) == args.task]
+        chosen = [row.node for row in rows if row.index == args.task]
         if not chosen:
-            raise UsageError(f"no task {args.task} under {args.run_dir}; run without --task to list them")
+            matching = f" matching {filters}" if filters else ""
+            raise UsageError(f"no task {args.task}{matching} under {args.run_dir}; run without --task to list them")
     else:
-        table = Table(title=f"tasks under {args.run_dir}", title_justify="left")
-        for column in ("task", "workflow", "agent", "outcome", "faults", "trace"):
-            table.add_column(column)
-        for task in trace_tree.tasks(roots):
-            attrs = task.span.attributes
+        table = Table(title=f"tasks under {args.run_dir}" + (f" ({filters})" if filters else ""), title_justify="left")
+        for column in ("profile", "agent", "session", "task", "workflow", "outcome", "faults", "trace"):
+            table.add_column(column, justify="right" if column in ("session", "task") else "left")
+        for row in rows:
             table.add_row(
-                str(attrs.get(names.TASK_INDEX)),
-                str(attrs.get(names.TASK_WORKFLOW, "")),
-                str(attrs.get(names.AGENT, "")),
-                str(attrs.get(names.TASK_OUTCOME, "")),
-                ", ".join(trace_tree.task_faults(task)) or "-",
-                task.span.trace_id,
+                row.profile,
+                row.agent,
+                "-" if row.session is None else str(row.session),
+                str(row.index),
+                row.workflow,
+                row.outcome,
+                ", ".join(row.faults) or "-",
+                row.trace_id,
             )
         console.print(table)
+        if not rows:
+            console.print(f"no task matches {filters}" if filters else "no task spans (a run without tasks?)")
         console.print("show one: mcpfault traces show RUN_DIR --task N (or --trace ID)")
         return EXIT_OK
 

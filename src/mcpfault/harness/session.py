@@ -6,9 +6,12 @@ sent with what the proxy recorded and judges every task against the world and th
 
 Traced (the default), all three processes write spans into the session directory: the harness a
 session span, a span per task and a CLIENT span per attempt (``client-spans.jsonl``), the proxy and
-the mock server a SERVER span per request (``proxy-spans.jsonl``, ``server-spans.jsonl``), all in one
-trace per session. The judge reads which faults reached each task off that trace
-(``analysis.traces``); joining attempts with the proxy's events by request id is its cross-check.
+the mock server a SERVER span per request (``proxy-spans.jsonl``, ``server-spans.jsonl``). Each task is
+the root of a trace of its own (its attempts, the proxy's and the server's spans under them, the llm
+agent's model calls); the session span, in a trace of its own with the requests sent between tasks,
+links to every task and each task back to it (span links), as OpenTelemetry models a batch and its
+items. The judge reads which faults reached each task off its trace (``analysis.traces``); joining
+attempts with the proxy's events by request id is its cross-check.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import anyio
 import anyio.to_thread
 from opentelemetry.context import Context
 from opentelemetry.trace import (
+    Link,
     Span,
     SpanKind,
     Status,
@@ -55,7 +59,7 @@ from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO
-from mcpfault.telemetry.tracing import SpanView, configure_tracing
+from mcpfault.telemetry.tracing import SpanLink, SpanView, configure_tracing
 
 if TYPE_CHECKING:
     from mcpfault.harness.agents.llm.agent import LLMConfig
@@ -105,7 +109,7 @@ class SessionResult:
     error: str | None = None  # the session broke (server died, could not start): what and why
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (client s, upstream s), unfaulted calls
     join_mismatches: list[str] = field(default_factory=list)  # tasks the trace and request-id joins disagree on
-    trace_id: str | None = None  # the session's trace, when traced
+    trace_id: str | None = None  # the session span's trace (each task has its own), when traced
     server: ServerAccount | None = None  # the proxy's account of the server's crashes, restarts, downtime
 
 
@@ -137,7 +141,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
 
 
 class SessionTrace:
-    """The harness's side of a session's trace: the session span and a span per task.
+    """The harness's side of a session's traces: the session span and a span per task, each task the
+    root of its own trace, linked both ways with the session span.
 
     Task spans stay open until the task is judged, so they carry its outcome; each ends at the time
     its task finished. Until then the judge sees them as ``open_tasks()``.
@@ -163,6 +168,7 @@ class SessionTrace:
         )
         self.context = set_span_in_context(self._session)
         self.trace_id = format_trace_id(self._session.get_span_context().trace_id)
+        self._session.set_attribute(span_names.SESSION_ID, self.trace_id)
         self._tasks: dict[int, _OpenTask] = {}
 
     def start_task(self, spec: TaskSpec) -> Context:
@@ -174,10 +180,22 @@ class SessionTrace:
             span_names.TASK_TAG: spec.tag,
             span_names.PROFILE: self._plan.profile_name,
             span_names.AGENT: self._plan.agent,
+            span_names.SESSION_INDEX: self._plan.session,
+            span_names.SESSION_ID: self.trace_id,
         }
         started = time.time_ns()
         name = f"{span_names.TASK_SPAN} {spec.workflow}"
-        span = self.tracer.start_span(name, context=self.context, attributes=attributes, start_time=started)
+        # A root (an empty context as parent): one trace per task, so an exemplar or a trace search opens
+        # the task alone; the links keep the way to its session and back.
+        session = self._session.get_span_context()
+        span = self.tracer.start_span(
+            name,
+            context=Context(),
+            attributes=attributes,
+            start_time=started,
+            links=[Link(session, {span_names.LINK_ROLE: span_names.LINK_SESSION})],
+        )
+        self._session.add_link(span.get_span_context(), {span_names.LINK_ROLE: span_names.LINK_TASK})
         self._tasks[spec.index] = _OpenTask(span, name, attributes, started)
         return set_span_in_context(span)
 
@@ -186,7 +204,12 @@ class SessionTrace:
 
     def open_tasks(self) -> list[SpanView]:
         """The finished tasks' spans as they will be written, outcome aside: what the trace join starts from."""
-        parent = format_span_id(self._session.get_span_context().span_id)
+        session = self._session.get_span_context()
+        to_session = SpanLink(
+            format_trace_id(session.trace_id),
+            format_span_id(session.span_id),
+            {span_names.LINK_ROLE: span_names.LINK_SESSION},
+        )
         views = []
         for task in self._tasks.values():
             if task.ended is None:
@@ -196,12 +219,13 @@ class SessionTrace:
                 SpanView(
                     trace_id=format_trace_id(context.trace_id),
                     span_id=format_span_id(context.span_id),
-                    parent_span_id=parent,
+                    parent_span_id=None,  # each task is its trace's root
                     name=task.name,
                     kind=SpanKind.INTERNAL,
                     start_unix_nano=task.started,
                     end_unix_nano=task.ended,
                     attributes=dict(task.attributes),
+                    links=(to_session,),
                 )
             )
         return views

@@ -248,6 +248,14 @@ TASK_WORKFLOW: Final = "mcpfault.task.workflow"
 TASK_TARGET: Final = "mcpfault.task.target"
 TASK_TAG: Final = "mcpfault.task.tag"  # written into what the task creates (incident summaries)
 TASK_OUTCOME: Final = "mcpfault.task.outcome"  # success, recovered, failed_detected, failed_silent
+# Each task is the root of its own trace; span links join it and its session's span both ways, an
+# attribute on each link saying what the other end is (as OpenTelemetry links a batch and its items).
+LINK_ROLE: Final = "mcpfault.link.role"
+LINK_SESSION: Final = "session"  # on a task span's link: the session it ran in
+LINK_TASK: Final = "task"  # on the session span's links: one per task it ran
+# OpenInference's and OpenTelemetry's (incubating) session attribute, on the session span and each task
+# span: the session span's trace id, by which Phoenix, Langfuse and the like group a session's traces.
+SESSION_ID: Final = "session.id"
 
 # --- attempt spans (CLIENT, one per request the harness sends) -----------------------------------
 ATTEMPT: Final = "mcpfault.attempt"  # 1 for a call's first try, 2 for its first retry, ...

@@ -73,6 +73,14 @@ class SpanEvent(NamedTuple):
     attributes: dict[str, AttributeValue]
 
 
+class SpanLink(NamedTuple):
+    """A span link: the (trace, span) it points at, and what the link says of it."""
+
+    trace_id: str
+    span_id: str
+    attributes: dict[str, AttributeValue]
+
+
 @dataclass(frozen=True, slots=True)
 class SpanView:
     """One span as read back from an OTLP JSON file: what the analysis layer joins on."""
@@ -89,6 +97,7 @@ class SpanView:
     status_code: StatusCode = StatusCode.UNSET
     status_message: str = ""
     service_name: str | None = None  # the resource's service.name: which process emitted it
+    links: tuple[SpanLink, ...] = ()  # spans of other traces this one points at (a task's session)
 
     @property
     def duration_s(self) -> float:
@@ -151,6 +160,10 @@ def _parse_span(span: dict[str, Any], service: str | None) -> SpanView:
         status_code=StatusCode(_enum(status.get("code", 0), _STATUS_NAMES)),
         status_message=str(status.get("message", "")),
         service_name=service,
+        links=tuple(
+            SpanLink(_hex_id(link["traceId"], 16), _hex_id(link["spanId"], 8), _attributes(link.get("attributes", ())))
+            for link in span.get("links", ())
+        ),
     )
 
 

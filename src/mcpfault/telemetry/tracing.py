@@ -27,7 +27,14 @@ from mcpfault.telemetry.names import span_name
 from mcpfault.telemetry.otel_env import redact_userinfo
 from mcpfault.telemetry.otlp_json import encode_otlp_json
 from mcpfault.telemetry.propagation import extract_context, inject_context
-from mcpfault.telemetry.span_files import AttributeValue, OtlpJsonLinesExporter, SpanEvent, SpanView, read_spans
+from mcpfault.telemetry.span_files import (
+    AttributeValue,
+    OtlpJsonLinesExporter,
+    SpanEvent,
+    SpanLink,
+    SpanView,
+    read_spans,
+)
 
 __all__ = [
     # provider set-up (this module)
@@ -41,6 +48,7 @@ __all__ = [
     "AttributeValue",
     "OtlpJsonLinesExporter",
     "SpanEvent",
+    "SpanLink",
     "SpanView",
     "read_spans",
     # W3C trace context in params._meta (propagation)
