@@ -89,7 +89,7 @@ def test_exemplars_point_at_task_traces(bench: Path) -> None:
     records = records_of(bench)
     metrics = HarnessMetrics()
     record_bench_metrics(records, metrics, trace_ids=trace_ids_of(records))
-    text = generate_latest(metrics.registry).decode()
+    text = generate_latest(metrics.registry).decode()  # type: ignore[no-untyped-call]
     exemplars = {line.split('trace_id="', 1)[1][:32] for line in text.splitlines() if "# {trace_id=" in line}
     sessions = {
         s.trace_id

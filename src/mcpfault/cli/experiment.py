@@ -83,6 +83,9 @@ def _run(args: argparse.Namespace) -> int:
 
     out = args.out or Path("results") / f"experiment-{args.file.stem}"
     outcome = anyio.run(run, plan, out)
+    from mcpfault.harness.report_html import write_html
+
+    write_html(out)  # report.html beside report.md
     print(f"verdict: {outcome.verdict} (state {outcome.state}); report, journal, events and spans in {out}/")
     return int(outcome.exit_code)
 

@@ -103,11 +103,17 @@ def add_parsers(commands: Any) -> None:
 
     report = commands.add_parser(
         "report",
-        help="merge the results of bench shards into one report",
-        description="Read records.jsonl (and bench.json) from each bench output directory given, check that "
-        "they are disjoint slices of one matrix, and write one records.jsonl, report.md and charts.",
+        help="merge the results of bench shards into one report, or write report.html for a run",
+        description="--merge: read records.jsonl (and bench.json) from each bench output directory given, check "
+        "that they are disjoint slices of one matrix, and write one records.jsonl, report.md, report.html and "
+        "charts. --html RUN_DIR: write RUN_DIR/report.html for an existing run, bench or experiment (exit 2 for a "
+        "directory that is none of them).",
     )
-    report.add_argument("--merge", nargs="+", type=Path, required=True, metavar="DIR", help="bench output directories")
+    which = report.add_mutually_exclusive_group(required=True)
+    which.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="bench output directories")
+    which.add_argument(
+        "--html", type=Path, metavar="RUN_DIR", help="write report.html for this run's, bench's or experiment's --out"
+    )
     report.add_argument("--out", type=Path, help="output directory (default runs/<time>-merged)")
     report.add_argument(
         "--allow-partial",
@@ -334,6 +340,9 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
+    from mcpfault.harness.report_html import write_html
+
+    write_html(out)  # report.html: the tasks and their traces in a browser
     over = " over Streamable HTTP" if args.transport == "http" else ""
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
     if result.records:
@@ -455,6 +464,10 @@ def _bench(args: argparse.Namespace) -> int:
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None
+    if report is not None:
+        from mcpfault.harness.report_html import write_html
+
+        write_html(out)  # report.html beside report.md
     print_summary(result.records, console)
     if result.records:
         print_model_usage(result.records, console)
@@ -519,6 +532,18 @@ def _report(args: argparse.Namespace) -> int:
     import platform
     import shlex
 
+    from mcpfault.harness.report_html import write_html
+
+    if args.html is not None:
+        if not args.html.is_dir():
+            raise UsageError(f"--html {args.html}: not a directory; give the --out directory of a run, bench or experiment")
+        try:
+            page = write_html(args.html)
+        except ValueError as exc:
+            raise UsageError(f"--html: {exc}") from None
+        print(f"report: {page} ({page.stat().st_size:,} bytes)")
+        return EXIT_OK
+
     from mcpfault.analysis.records import write_records
     from mcpfault.analysis.server import write_accounts
     from mcpfault.harness.bench import SERVER_ACCOUNTS, merge_results
@@ -546,6 +571,7 @@ def _report(args: argparse.Namespace) -> int:
     if merged.servers:
         write_accounts(out / SERVER_ACCOUNTS, merged.servers)
     report = write_report(merged.records, out, meta, merged.servers)
+    write_html(out)
     print_summary(merged.records, _console())
     print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
     return EXIT_OK

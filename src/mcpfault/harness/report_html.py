@@ -1,0 +1,689 @@
+"""``report.html``: one self-contained page of a run, a bench or an experiment, beside ``report.md``.
+
+The page needs no network: its styles and its script are inline and small, the charts are the SVGs
+``harness.charts`` draws, inline too. It renders the same analysis the Markdown report does
+(``analysis.summary`` over ``records.jsonl``, ``analysis.traces`` over the span files), and adds what a
+page can do and a Markdown file cannot: a task list filtered by outcome, profile, agent and fault type,
+and per task its trace as a waterfall. Silent failures come first.
+
+Each task's trace is embedded as compact JSON in a ``<script type="application/json">`` of its own,
+parsed and drawn only when the task is opened, so the page stays light however many tasks ran.
+``load_run`` reads the files; ``render_run`` and ``render_experiment`` are pure (data in, text out).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from opentelemetry.trace import SpanKind
+
+from mcpfault.analysis import trace_tree, traces
+from mcpfault.analysis.records import OUTCOMES, TaskRecord, read_records
+from mcpfault.analysis.summary import STRESS_PROFILES, CellSummary, Summary, summarize
+from mcpfault.harness.charts import OUTCOME_COLOURS as CHART_OUTCOME_COLOURS
+from mcpfault.harness.charts import render_charts
+from mcpfault.harness.formatting import interval, percent
+from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.telemetry import names
+from mcpfault.telemetry.span_files import SpanView
+
+HTML_NAME: Final = "report.html"
+
+# Okabe and Ito's palette, told apart with every common colour-vision deficiency; every outcome also
+# shows its name, so colour is never the only cue.
+OUTCOME_COLOURS: Final = {
+    "success": "#009E73",  # bluish green
+    "recovered": "#0072B2",  # blue
+    "failed_detected": "#E69F00",  # orange
+    "failed_silent": "#D55E00",  # vermillion, with a black outline wherever it shows
+}
+KIND_COLOURS: Final = {
+    "task": "#555555",
+    "attempt": "#0072B2",
+    "proxy": "#E69F00",
+    "server": "#009E73",
+    "model": "#CC79A7",
+    "span": "#999999",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# What the page is drawn from
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One span of a task's waterfall."""
+
+    depth: int
+    kind: str  # task, attempt, proxy, server, model, span
+    name: str
+    start_ms: float  # since the task started
+    duration_ms: float
+    detail: str  # what matters for a failure: faults, what the client received, state changes
+    marks: tuple[str, ...] = ()  # fault, failure, error, duplicate
+
+    def compact(self) -> list[Any]:
+        return [self.depth, self.kind, self.name, round(self.start_ms, 3), round(self.duration_ms, 3), self.detail]
+
+
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """A run's or a bench's results: records, each task's waterfall (by record), the Markdown report."""
+
+    title: str
+    records: tuple[TaskRecord, ...]
+    steps: Mapping[int, tuple[Step, ...]] = field(default_factory=dict)  # record position -> its trace
+    markdown: str | None = None  # report.md, when the run wrote one
+    meta: Mapping[str, Any] = field(default_factory=dict)  # bench.json
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Everything ``render_run`` needs from a run's or a bench's --out directory.
+
+    Raises ValueError naming what is missing when ``run_dir`` holds no ``records.jsonl``.
+    """
+    records_path = run_dir / "records.jsonl"
+    if not records_path.is_file():
+        raise ValueError(
+            f"{run_dir} holds no records.jsonl: give the --out directory of `mcpfault run` or `bench` "
+            "(an experiment's directory holds journal.jsonl instead)"
+        )
+    records = tuple(read_records(records_path))
+    tasks = _task_nodes(run_dir)
+    steps = {}
+    for position, record in enumerate(records):
+        node = tasks.get((record.trace_id or "", record.task_index))
+        if node is not None:
+            steps[position] = waterfall(node)
+    markdown_path = run_dir / "report.md"
+    meta_path = run_dir / "bench.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    return RunData(
+        title=f"mcpfault {'bench' if meta else 'run'}: {run_dir.name}",
+        records=records,
+        steps=steps,
+        markdown=markdown_path.read_text(encoding="utf-8") if markdown_path.is_file() else None,
+        meta=meta,
+    )
+
+
+def _task_nodes(run_dir: Path) -> dict[tuple[str, int], trace_tree.Node]:
+    """(trace id, task index) -> the task's tree, for every session directory under ``run_dir``.
+
+    The pair is unique whether each task has a trace of its own or, in runs before that, its session's.
+    """
+    found: dict[tuple[str, int], trace_tree.Node] = {}
+    for client in sorted(run_dir.rglob(traces.CLIENT_SPANS)):
+        spans = traces.read_session_spans(client.parent)
+        roots = trace_tree.trees([*spans.client, *spans.proxy, *spans.server])
+        for node in trace_tree.tasks(roots):
+            index = node.span.attributes.get(names.TASK_INDEX)
+            assert isinstance(index, int)  # tasks() finds the spans that have it
+            found[(node.span.trace_id, index)] = node
+    return found
+
+
+def waterfall(task: trace_tree.Node) -> tuple[Step, ...]:
+    """The task's spans in tree order, each with its offset from the task's start and what it shows.
+
+    An incident the server created beyond the first under this task is marked ``duplicate``: a write
+    that ran twice, what makes a blind retry a silent failure.
+    """
+    started = task.span.start_unix_nano
+    steps: list[Step] = []
+    incidents = 0
+
+    def visit(node: trace_tree.Node, depth: int) -> None:
+        nonlocal incidents
+        span = node.span
+        kind, detail, marks = _describe(span)
+        for event in span.events:
+            if event.name != names.EVENT_STATE_CHANGE:
+                continue
+            created = (
+                event.attributes.get(names.STATE_OP) == "open_incident"
+                and event.attributes.get(names.STATE_CHANGED) is True
+            )
+            if created:
+                incidents += 1
+                if incidents > 1:
+                    marks = (*marks, "duplicate")
+        steps.append(
+            Step(
+                depth=depth,
+                kind=kind,
+                name=span.name,
+                start_ms=(span.start_unix_nano - started) / 1e6,
+                duration_ms=max(0.0, span.duration_s * 1000),
+                detail=detail,
+                marks=marks,
+            )
+        )
+        for child in node.children:
+            visit(child, depth + 1)
+
+    visit(task, 0)
+    return tuple(steps)
+
+
+def _describe(span: SpanView) -> tuple[str, str, tuple[str, ...]]:
+    """(kind, detail, marks) of one span."""
+    attrs = span.attributes
+    parts: list[str] = []
+    marks: list[str] = []
+    if isinstance(attrs.get(names.TASK_INDEX), int):
+        kind = "task"
+        parts += [f"task {attrs[names.TASK_INDEX]}", f"outcome {_text(attrs.get(names.TASK_OUTCOME, '?'))}"]
+    elif names.CLIENT_RECEIVED in attrs:  # the proxy's span (its service can be renamed)
+        kind = "proxy"
+        faults = traces.proxy_faults(span)
+        if faults:
+            parts.append("fault " + ", ".join(f"{t}/{m}" for t, m in faults))
+            marks.append("fault")
+        parts.append(f"client received: {_text(attrs[names.CLIENT_RECEIVED])}")
+    elif attrs.get(names.GEN_AI_OPERATION_NAME) == names.GEN_AI_OPERATION_CHAT:
+        kind = "model"
+        parts.append(f"model {_text(attrs.get(names.GEN_AI_REQUEST_MODEL, '?'))}")
+        if names.LLM_TURN in attrs:
+            parts.append(f"turn {_text(attrs[names.LLM_TURN])}")
+    elif span.kind is SpanKind.SERVER:
+        kind = "server"
+        for event in span.events:
+            if event.name == names.EVENT_STATE_CHANGE:
+                state = ", ".join(
+                    f"{key.removeprefix('mcpfault.state.')}={_text(value)}" for key, value in event.attributes.items()
+                )
+                parts.append(f"state change {{{state}}}")
+    elif span.kind is SpanKind.CLIENT:
+        kind = "attempt"
+        parts.append(f"attempt {_text(attrs.get(names.ATTEMPT, 1))}")
+        backoff = attrs.get(names.BACKOFF_S)
+        if isinstance(backoff, float) and backoff > 0:
+            parts.append(f"after {1000 * backoff:.1f} ms backoff")
+        if names.FAILURE in attrs:
+            parts.append(f"failure {_text(attrs[names.FAILURE])}")
+            marks.append("failure")
+    else:
+        kind = "span"
+    if span.status_code.name == "ERROR":
+        marks.append("error")
+        if span.status_message:
+            parts.append(f"error: {span.status_message}")
+    return kind, " · ".join(parts), tuple(marks)
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The page of a run or a bench
+
+
+def render_run(data: RunData) -> str:
+    """The whole page: silent failures, outcome table, exposure, charts, the task list and its traces."""
+    summary = summarize(data.records)
+    body = [
+        f"<h1>{_e(data.title)}</h1>",
+        _meta_line(data),
+        _silent_section(data.records),
+        _outcome_section(summary),
+        _exposure_section(summary, data.records),
+        _charts_section(summary),
+        _tasks_section(data),
+        _markdown_section(data.markdown),
+    ]
+    return _page(data.title, "\n".join(part for part in body if part), _TASKS_SCRIPT)
+
+
+def _meta_line(data: RunData) -> str:
+    meta = data.meta
+    parts = [f"{len(data.records):,} tasks"]
+    if meta.get("command"):
+        parts.insert(0, f"<code>{_e(str(meta['command']))}</code>")
+    for key, label in (("seed", "seed"), ("tasks_per_cell", "tasks per cell"), ("trials", "trials")):
+        if key in meta:
+            parts.append(f"{label} {_e(str(meta[key]))}")
+    if "wall_s" in meta:
+        parts.append(f"wall time {_e(str(meta['wall_s']))} s")
+    if meta.get("broken"):
+        parts.append(f'<strong class="warn">{len(meta["broken"])} session(s) broke: see report.md</strong>')
+    return f'<p class="meta">{" · ".join(parts)}</p>'
+
+
+def _silent_section(records: Sequence[TaskRecord]) -> str:
+    silent = [(i, r) for i, r in enumerate(records) if r.outcome == "failed_silent"]
+    if not silent:
+        return (
+            '<section id="silent" class="callout ok"><h2>No silent failures</h2>'
+            f"<p>None of the {len(records):,} tasks ended with a wrong answer or wrong state on the server "
+            "that its agent did not notice.</p></section>"
+        )
+    cells = Counter(f"{r.row} / {r.agent}" for _, r in silent)
+    listed = "".join(
+        f'<li><a href="#task-{i}" data-open="{i}">{_e(r.row)} / {_e(r.agent)} · session {r.session} · task '
+        f"{r.task_index} ({_e(r.task)})</a>: {_e(', '.join(r.fault_modes) or 'no fault')}"
+        f"{f' · {r.duplicates} duplicate(s)' if r.duplicates else ''} · {_e(r.detail)}</li>"
+        for i, r in silent[:25]
+    )
+    more = f"<p>... and {len(silent) - 25} more: filter the task list by failed_silent.</p>" if len(silent) > 25 else ""
+    by_cell = ", ".join(f"{_e(cell)}: {count}" for cell, count in sorted(cells.items()))
+    return (
+        '<section id="silent" class="callout bad">'
+        f"<h2>{len(silent)} silent failure{'s' if len(silent) != 1 else ''}</h2>"
+        "<p>Tasks that ended with a wrong answer or wrong state on the server while the agent reported success: "
+        f"what no error log shows. By cell: {by_cell}.</p>"
+        f'<p><button type="button" data-filter-outcome="failed_silent">List them all below</button></p>'
+        f"<ol>{listed}</ol>{more}</section>"
+    )
+
+
+def _outcome_section(summary: Summary) -> str:
+    trials = min((c.trials for c in summary.cells), default=1)
+    gentle = [c for c in summary.cells if c.profile not in STRESS_PROFILES]
+    stress = [c for c in summary.cells if c.profile in STRESS_PROFILES]
+    parts = [
+        '<section id="outcomes"><h2>Outcomes</h2>',
+        "<p>Counts per cell; <em>correct</em> is success + recovered, with its Wilson 95% interval, and "
+        "<em>silent</em> the share that failed silently."
+        + (f" pass^k for k = 1..{trials}: the chance that k runs of a task are all correct." if trials > 1 else "")
+        + "</p>",
+    ]
+    if gentle:
+        parts.append(_outcome_table(gentle, trials, "outcome-table", "Profiles"))
+    if stress:
+        parts.append("<h3>Stress profiles: an outage, bursts, a storm</h3>")
+        parts.append(_outcome_table(stress, trials, "stress-table", "Stress profiles"))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _outcome_table(cells: Sequence[CellSummary], trials: int, table_id: str, caption: str) -> str:
+    head = ["profile", "agent", "tasks", *OUTCOMES, "correct (95%)", "silent (95%)"]
+    if trials > 1:
+        head += [f"pass^{k}" for k in range(1, trials + 1)]
+    rows = []
+    for c in cells:
+        counts = "".join(
+            f'<td class="n{" silent" if o == "failed_silent" and c.count(o) else ""}" data-outcome="{o}">'
+            f"{c.count(o)}</td>"
+            for o in OUTCOMES
+        )
+        passes = "".join(f'<td class="n">{100 * share:.0f}%</td>' for share in c.pass_k) if trials > 1 else ""
+        rows.append(
+            f'<tr data-profile="{_e(c.profile)}" data-agent="{_e(c.agent)}"><th scope="row">{_e(c.profile)}</th>'
+            f'<td>{_e(c.agent)}</td><td class="n" data-outcome="tasks">{c.tasks}</td>{counts}'
+            f'<td class="n">{percent(c.correct, c.tasks)} ({interval(c.success_interval)})</td>'
+            f'<td class="n">{percent(c.failed_silent, c.tasks)} ({interval(c.silent_interval)})</td>{passes}</tr>'
+        )
+    header = "".join(f'<th scope="col">{_e(h)}</th>' for h in head)
+    return (
+        f'<table id="{table_id}" class="grid"><caption>{_e(caption)}</caption><thead><tr>{header}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _exposure_section(summary: Summary, records: Sequence[TaskRecord]) -> str:
+    """Per cell: how many tasks faults reached, how many they affected, and by which fault types."""
+    rows = []
+    for c in summary.cells:
+        mine = [r for r in records if r.row == c.profile and r.agent == c.agent]
+        reached = sum(1 for r in mine if r.fault_types)
+        affected = sum(1 for r in mine if r.affected_types)
+        types = Counter(t for r in mine for t in r.fault_types)
+        listed = ", ".join(f"{_e(t)} {n}" for t, n in sorted(types.items())) or "-"
+        rows.append(
+            f'<tr data-profile="{_e(c.profile)}" data-agent="{_e(c.agent)}"><th scope="row">{_e(c.profile)}</th>'
+            f'<td>{_e(c.agent)}</td><td class="n">{c.tasks}</td><td class="n" data-exposure="reached">{reached}</td>'
+            f'<td class="n" data-exposure="affected">{affected}</td><td class="n">{c.touched_no_effect}</td>'
+            f"<td>{listed}</td></tr>"
+        )
+    head = "".join(
+        f'<th scope="col">{h}</th>'
+        for h in ("profile", "agent", "tasks", "reached", "affected", "touched, no effect", "tasks by fault type")
+    )
+    return (
+        '<section id="exposure"><h2>Exposure per cell</h2><p><em>reached</em>: tasks a fault was injected into; '
+        "<em>affected</em>: those where it changed what the client received; <em>touched, no effect</em>: "
+        "success tasks faults reached without changing anything.</p>"
+        f'<table id="exposure-table" class="grid"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        "</table></section>"
+    )
+
+
+def _charts_section(summary: Summary) -> str:
+    charts = render_charts(summary)
+    figures = "".join(
+        f'<figure class="chart">{_inline_svg(_recoloured(svg))}<figcaption>{_e(name)}</figcaption></figure>'
+        for name, svg in charts.items()
+    )
+    return f'<section id="charts"><h2>Charts</h2>{figures}</section>'
+
+
+def _recoloured(svg: str) -> str:
+    """The chart in the page's outcome colours (its own red and green are hard to tell apart for many)."""
+    for outcome, colour in CHART_OUTCOME_COLOURS.items():
+        svg = svg.replace(f'fill="{colour}"', f'fill="{OUTCOME_COLOURS[outcome]}"')
+    return svg
+
+
+def _inline_svg(svg: str) -> str:
+    # An XML declaration is not allowed inside HTML; the SVG element itself is.
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def _tasks_section(data: RunData) -> str:
+    """The task list (rows drawn by the script from compact JSON) and each task's trace, unparsed."""
+    order = {o: i for i, o in enumerate(("failed_silent", "failed_detected", "recovered", "success"))}
+    positions = sorted(range(len(data.records)), key=lambda i: (order.get(data.records[i].outcome, 9), i))
+    tasks = [_task_row(i, data.records[i], i in data.steps) for i in positions]
+    fault_types = sorted({t for r in data.records for t in r.fault_types})
+    selects = "".join(
+        f'<label>{label} <select id="filter-{key}"><option value="">all</option>'
+        + "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
+        + "</select></label>"
+        for key, label, values in (
+            ("outcome", "outcome", OUTCOMES),
+            ("profile", "profile", sorted({r.row for r in data.records})),
+            ("agent", "agent", sorted({r.agent for r in data.records})),
+            ("fault", "fault type", fault_types),
+        )
+    )
+    trace_scripts = "\n".join(
+        f'<script type="application/json" id="trace-{i}">{_json([s.compact() + [list(s.marks)] for s in steps])}'
+        "</script>"
+        for i, steps in sorted(data.steps.items())
+    )
+    head = "".join(
+        f'<th scope="col">{h}</th>'
+        for h in ("outcome", "profile", "agent", "session", "task", "workflow", "faults", "attempts", "dup", "ms")
+    )
+    return (
+        '<section id="tasks"><h2>Tasks</h2>'
+        "<p>Failures first. Click a task to see its trace: the attempts, the proxy's spans with their faults and "
+        "what the client received, the server's spans with their state changes and duplicates.</p>"
+        f'<div class="filters">{selects} <span id="task-count"></span></div>'
+        f'<table id="task-table" class="grid tasks"><thead><tr>{head}</tr></thead><tbody></tbody></table>'
+        f'<script type="application/json" id="task-data">{_json(tasks)}</script>\n{trace_scripts}</section>'
+    )
+
+
+def _task_row(position: int, record: TaskRecord, traced: bool) -> list[Any]:
+    return [
+        position,
+        record.outcome,
+        record.row,
+        record.agent,
+        record.session,
+        record.task_index,
+        record.task,
+        list(record.fault_modes),
+        record.attempts,
+        record.duplicates,
+        round(1000 * record.duration_s, 1),
+        record.detail,
+        record.failure or "",
+        record.trace_id or "",
+        traced,
+        list(record.fault_types),
+    ]
+
+
+def _markdown_section(markdown: str | None) -> str:
+    if markdown is None:
+        return ""
+    from markdown_it import MarkdownIt
+
+    # Its charts are inline above; their <img> links would be the page's only requests.
+    text = markdown.split("\n## Charts\n", 1)[0]
+    rendered = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return (
+        '<section id="markdown"><details><summary>Every table of report.md (recovery times, failure classes, '
+        f"process faults, overhead)</summary>{rendered}</details></section>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The page of an experiment
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentData:
+    title: str
+    journal: tuple[Mapping[str, Any], ...]
+    outcome: Mapping[str, Any]
+    timeline_svg: str | None
+    markdown: str | None
+
+
+def load_experiment(out_dir: Path) -> ExperimentData:
+    journal_path = out_dir / "journal.jsonl"
+    if not journal_path.is_file():
+        raise ValueError(f"{out_dir} holds no journal.jsonl: give the --out directory of `mcpfault experiment run`")
+    outcome_path, timeline, report = out_dir / "outcome.json", out_dir / "timeline.svg", out_dir / "report.md"
+    return ExperimentData(
+        title=f"mcpfault experiment: {out_dir.name}",
+        journal=tuple(row for row in read_jsonl(journal_path) if isinstance(row, dict)),
+        outcome=json.loads(outcome_path.read_text(encoding="utf-8")) if outcome_path.is_file() else {},
+        timeline_svg=timeline.read_text(encoding="utf-8") if timeline.is_file() else None,
+        markdown=report.read_text(encoding="utf-8") if report.is_file() else None,
+    )
+
+
+def render_experiment(data: ExperimentData) -> str:
+    outcome = data.outcome
+    verdict = str(outcome.get("verdict", "unknown"))
+    held = verdict == "held"
+    body = [
+        f"<h1>{_e(data.title)}</h1>",
+        f'<section id="verdict" class="callout {"ok" if held else "bad"}"><h2>Verdict: {_e(verdict)}</h2>'
+        f"<p>State {_e(str(outcome.get('state', '?')))}"
+        + (f"; stopped by {_e(str(outcome['stopped_by']))}" if outcome.get("stopped_by") else "")
+        + "</p></section>",
+        _probe_table(outcome.get("hypothesis", {})),
+        f'<section id="timeline"><h2>Timeline</h2>{_inline_svg(data.timeline_svg)}</section>'
+        if data.timeline_svg
+        else "",
+        _journal_table(data.journal),
+        _experiment_markdown(data.markdown),
+    ]
+    return _page(data.title, "\n".join(part for part in body if part), "")
+
+
+def _probe_table(hypothesis: Mapping[str, Any]) -> str:
+    if not hypothesis:
+        return ""
+    rows = "".join(
+        f'<tr><th scope="row">{_e(name)}</th>'
+        + "".join(f'<td class="n">{_e(_value(values.get(phase)))}</td>' for phase in ("before", "during", "after"))
+        + "</tr>"
+        for name, values in hypothesis.items()
+        if isinstance(values, dict)
+    )
+    return (
+        '<section id="probes"><h2>Probe values</h2><table id="probe-table" class="grid"><thead><tr>'
+        '<th scope="col">probe</th><th scope="col">before</th><th scope="col">during</th>'
+        f'<th scope="col">after</th></tr></thead><tbody>{rows}</tbody></table></section>'
+    )
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _journal_table(journal: Iterable[Mapping[str, Any]]) -> str:
+    rows = []
+    for entry in journal:
+        data = entry.get("data") if isinstance(entry.get("data"), dict) else {}
+        assert isinstance(data, dict)
+        what = str(data.get("actionId") or "experiment")
+        state = str(data.get("state", ""))
+        kind = str(entry.get("type", "")).removesuffix("-state-change")
+        rows.append(
+            f'<tr class="state-{_e(state)}"><td>{_e(str(entry.get("time", "")))}</td><td>{_e(kind)}</td>'
+            f'<td>{_e(what)}</td><td><span class="state">{_e(state)}</span></td>'
+            f"<td>{_e(str(data.get('reason', '')))}</td></tr>"
+        )
+    return (
+        '<section id="journal"><h2>States and actions</h2><table id="journal-table" class="grid"><thead><tr>'
+        '<th scope="col">time</th><th scope="col">kind</th><th scope="col">of</th><th scope="col">state</th>'
+        f'<th scope="col">reason</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>'
+    )
+
+
+def _experiment_markdown(markdown: str | None) -> str:
+    if markdown is None:
+        return ""
+    from markdown_it import MarkdownIt
+
+    text = markdown.split("\n## Timeline\n", 1)[0]
+    rendered = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return f'<section id="markdown"><h2>report.md</h2>{rendered}</section>'
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_html(run_dir: Path) -> Path:
+    """Write ``run_dir/report.html`` for a run, a bench or an experiment; return its path.
+
+    Raises ValueError, saying what to give instead, for a directory that is none of these.
+    """
+    if (run_dir / "records.jsonl").is_file():
+        text = render_run(load_run(run_dir))
+    elif (run_dir / "journal.jsonl").is_file():
+        text = render_experiment(load_experiment(run_dir))
+    else:
+        raise ValueError(
+            f"{run_dir} is not a run's directory: it holds neither records.jsonl (run, bench) nor journal.jsonl "
+            "(experiment run); give the --out directory of one of them"
+        )
+    path = run_dir / HTML_NAME
+    path.write_text(text, encoding="utf-8", newline="\n")
+    return path
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _json(value: Any) -> str:
+    # Inside <script>: no "<" at all, so neither "</script>" nor "<!--" can end or bend it.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
+
+
+def _page(title: str, body: str, script: str) -> str:
+    colours = "".join(f"--{k}:{v};" for k, v in {**OUTCOME_COLOURS, **KIND_COLOURS}.items())
+    return (
+        "<!doctype html>\n"
+        f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
+        # No request can leave the page: everything is inline, and the policy says so to the browser too.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "script-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{_e(title)}</title><style>:root{{{colours}}}{_STYLE}</style></head>\n"
+        f"<body>{body}\n<script>{script}</script></body></html>\n"
+    )
+
+
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#1a1a1a}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;margin:1.4em 0 .4em}h3{font-size:1.05em}
+code{font:12px ui-monospace,monospace;background:#f3f3f3;padding:1px 3px}
+.meta{color:#444}.warn{color:#8a3b00}
+.callout{border-left:6px solid;padding:.3em 1em;margin:1em 0;background:#fafafa}
+.callout.bad{border-color:var(--failed_silent);background:#fbf0f6}.callout.ok{border-color:var(--success)}
+.callout ol{margin:.3em 0;padding-left:1.6em}.callout a{color:#0b4f8a}
+table.grid{border-collapse:collapse;margin:.4em 0 1em}
+.grid th,.grid td{border:1px solid #ccc;padding:2px 7px;text-align:left;vertical-align:top}
+.grid thead th{background:#eee}.grid caption{text-align:left;font-weight:600;padding:2px 0}
+.grid td.n{text-align:right;font-variant-numeric:tabular-nums}
+.grid td.silent{outline:2px solid var(--failed_silent);font-weight:700}
+.chart{display:inline-block;margin:0 1em 1em 0;vertical-align:top}.chart svg{max-width:100%;height:auto}
+.chart figcaption{color:#555;font-size:12px}
+.filters{margin:.4em 0}.filters label{margin-right:1em}
+.tasks tbody tr.task{cursor:pointer}.tasks tbody tr.task:hover{background:#f3f7fb}
+.tasks tr.open{background:#eef3f8}
+.badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;white-space:nowrap;color:#000}
+.badge.success{background:var(--success);color:#fff}.badge.recovered{background:var(--recovered);color:#fff}
+.badge.failed_detected{background:var(--failed_detected)}
+.badge.failed_silent{background:var(--failed_silent);color:#fff;outline:2px solid #000;font-weight:700}
+.waterfall{padding:.4em 0}.step{display:grid;grid-template-columns:minmax(0,46%) minmax(0,54%);gap:8px;
+ border-bottom:1px solid #eee;padding:2px 0}
+.step .label{overflow-wrap:anywhere}.step .kind{font-size:11px;text-transform:uppercase;color:#333;
+ border:1px solid #999;border-radius:3px;padding:0 3px;margin-right:4px}
+.step .detail{display:block;color:#333;font-size:12px}
+.step .track{position:relative;height:16px;background:#f6f6f6;align-self:center}
+.step .bar{position:absolute;top:2px;height:12px;min-width:2px;background:var(--span)}
+.step.attempt .bar{background:var(--attempt)}.step.proxy .bar{background:var(--proxy)}
+.step.server .bar{background:var(--server)}.step.model .bar{background:var(--model)}.step.task .bar{background:var(--task)}
+.step.fault .bar{background:repeating-linear-gradient(45deg,#000 0 3px,var(--proxy) 3px 7px)}
+.mark{display:inline-block;font-size:11px;font-weight:700;padding:0 4px;margin-left:4px;border:1.5px solid #000;
+ border-radius:3px;background:#fff}
+.mark.duplicate,.mark.fault{background:#000;color:#fff}
+.state{font-weight:600}
+details summary{cursor:pointer;font-weight:600}
+"""
+
+# The task list and the waterfall: rows from #task-data, a task's trace parsed from #trace-N only when
+# it is opened. No fetch, no import, no timer: nothing here can ask the network for anything.
+_TASKS_SCRIPT = r"""
+(function(){
+"use strict";
+var F={pos:0,outcome:1,profile:2,agent:3,session:4,task:5,workflow:6,modes:7,attempts:8,dups:9,ms:10,detail:11,
+failure:12,trace:13,traced:14,types:15};
+var rows=JSON.parse(document.getElementById("task-data").textContent);
+var body=document.querySelector("#task-table tbody");
+var sel={};["outcome","profile","agent","fault"].forEach(function(k){sel[k]=document.getElementById("filter-"+k);
+sel[k].addEventListener("change",draw);});
+function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
+if(text!==undefined)e.textContent=text;return e;}
+function keep(r){return (!sel.outcome.value||r[F.outcome]===sel.outcome.value)&&
+(!sel.profile.value||r[F.profile]===sel.profile.value)&&(!sel.agent.value||r[F.agent]===sel.agent.value)&&
+(!sel.fault.value||r[F.types].indexOf(sel.fault.value)>=0);}
+function draw(){body.textContent="";var shown=0;rows.forEach(function(r){if(!keep(r))return;shown++;
+var tr=el("tr","task");tr.id="task-"+r[F.pos];tr.dataset.pos=r[F.pos];tr.dataset.outcome=r[F.outcome];
+var b=el("td");b.appendChild(el("span","badge "+r[F.outcome],r[F.outcome]));tr.appendChild(b);
+[r[F.profile],r[F.agent],r[F.session],r[F.task],r[F.workflow],r[F.modes].join(", ")||"-",r[F.attempts],
+r[F.dups],r[F.ms]].forEach(function(v,i){tr.appendChild(el("td",i>=6||i===2||i===3?"n":"",String(v)));});
+tr.addEventListener("click",function(){toggle(tr,r);});body.appendChild(tr);});
+document.getElementById("task-count").textContent=shown+" of "+rows.length+" tasks";}
+function toggle(tr,r){var next=tr.nextSibling;if(next&&next.classList&&next.classList.contains("trace")){
+next.remove();tr.classList.remove("open");return;}tr.classList.add("open");
+var row=el("tr","trace");var td=el("td");td.colSpan=10;row.appendChild(td);
+td.appendChild(el("div","summary",r[F.task]+" "+r[F.workflow]+": "+r[F.outcome]+(r[F.failure]?" ("+r[F.failure]+")":"")+
+(r[F.detail]?" · "+r[F.detail]:"")+(r[F.trace]?" · trace "+r[F.trace]:"")));
+var script=document.getElementById("trace-"+r[F.pos]);
+if(!script){td.appendChild(el("p","","No trace for this task (run without spans)."));}
+else{td.appendChild(waterfall(JSON.parse(script.textContent)));}
+tr.parentNode.insertBefore(row,tr.nextSibling);}
+function waterfall(steps){var box=el("div","waterfall");var end=1e-9;steps.forEach(function(s){
+end=Math.max(end,s[3]+s[4]);});steps.forEach(function(s){var marks=s[6];
+var row=el("div","step "+s[1]+(marks.indexOf("fault")>=0?" fault":""));var label=el("div","label");
+label.style.paddingLeft=(s[0]*16)+"px";label.appendChild(el("span","kind",s[1]));label.appendChild(
+document.createTextNode(s[2]+"  "+s[4].toFixed(1)+" ms"));marks.forEach(function(m){
+label.appendChild(el("span","mark "+m,m));});if(s[5])label.appendChild(el("span","detail",s[5]));
+var track=el("div","track");var bar=el("div","bar");bar.style.left=(100*s[3]/end)+"%";
+bar.style.width=(100*s[4]/end)+"%";bar.title=s[2]+": starts at "+s[3].toFixed(1)+" ms, "+s[4].toFixed(1)+" ms";
+track.appendChild(bar);row.appendChild(label);row.appendChild(track);box.appendChild(row);});return box;}
+function open(pos){sel.outcome.value="";sel.profile.value="";sel.agent.value="";sel.fault.value="";draw();
+var tr=document.getElementById("task-"+pos);if(!tr)return;var r=rows.filter(function(x){return x[F.pos]===pos;})[0];
+var next=tr.nextSibling;if(!(next&&next.classList&&next.classList.contains("trace")))toggle(tr,r);
+tr.scrollIntoView();}
+document.querySelectorAll("[data-open]").forEach(function(a){a.addEventListener("click",function(ev){
+ev.preventDefault();open(Number(a.dataset.open));});});
+document.querySelectorAll("[data-filter-outcome]").forEach(function(b){b.addEventListener("click",function(){
+sel.outcome.value=b.dataset.filterOutcome;draw();document.getElementById("tasks").scrollIntoView();});});
+draw();
+})();
+"""
