@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NPM_STAMP := tests/npm/node_modules/.installed-stamp
 
-.PHONY: run test lint bench setup clean prometheus bpftrace
+.PHONY: run test lint bench setup clean prometheus bpftrace chromium
 
 # Bytecode for the editable source: with PYTHONDONTWRITEBYTECODE set (as here), every proxy and mock
 # server of the bench would otherwise compile our modules again at start-up (~40 ms of CPU each).
@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/mcpfault bench
 
-test: $(STAMP) $(NPM_STAMP) prometheus bpftrace lint
+test: $(STAMP) $(NPM_STAMP) prometheus bpftrace chromium lint
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -45,7 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md
 
-setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace
+setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace chromium
 
 # The tests scrape with a real Prometheus and push to a real Pushgateway (Debian's packages, run by
 # the tests on 127.0.0.1; the system services are not started); docker-compose validates compose.yaml.
@@ -64,6 +64,14 @@ bpftrace:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bpftrace >/dev/null; \
 	else echo "make test: run as root once, or: sudo apt-get install bpftrace" >&2; fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -d /sys/kernel/tracing/events ]; then mount -t tracefs nodev /sys/kernel/tracing; fi
+
+# report.html is tested in a real browser: Debian's chromium, headless, driven over the DevTools
+# protocol from Python (tests/browser_support.py); no browser download, no driver.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else echo "make test: run as root once, or: sudo apt-get install chromium" >&2; fi
 
 # The Chaos Toolkit extension is its own distribution (integrations/chaostoolkit-mcpfault), installed
 # editable beside mcpfault; chaostoolkit 1.19.0 is the newest CLI on Python 3.11 (1.20+ need 3.12).

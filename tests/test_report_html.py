@@ -95,7 +95,9 @@ def test_the_page_shows_the_records_counts_and_a_silent_tasks_fault_and_duplicat
     first_section = page.evaluate("document.querySelector('body > section').id")
     assert first_section == "silent"
     assert page.evaluate("document.querySelector('#silent h2').textContent") == f"{len(silent)} silent failures"
-    assert page.evaluate("document.getElementById('task-count').textContent") == f"{len(records)} of {len(records)} tasks"
+    assert (
+        page.evaluate("document.getElementById('task-count').textContent") == f"{len(records)} of {len(records)} tasks"
+    )
     # Open the first silent task from the callout: its waterfall shows the fault and the duplicate.
     page.evaluate("document.querySelector('#silent a[data-open]').click()")
     trace = page.evaluate("document.querySelector('tr.trace').innerText")
@@ -157,7 +159,9 @@ def test_report_html_rewrites_the_page_of_an_existing_run_and_refuses_what_is_no
     assert done.returncode == 0, done.stderr
     assert (bench / "report.html").is_file() and "report.html" in done.stdout
     for where in (bench / "charts", tmp_path / "missing"):
-        refused = subprocess.run([*MCPFAULT, "report", "--html", str(where)], capture_output=True, text=True, timeout=60)
+        refused = subprocess.run(
+            [*MCPFAULT, "report", "--html", str(where)], capture_output=True, text=True, timeout=60
+        )
         assert refused.returncode == 2
         assert "mcpfault report: --html" in refused.stderr and "--out directory" in refused.stderr
 
@@ -192,7 +196,9 @@ def test_a_run_directory_gets_its_report_html_too(tmp_path: Path, page: Page) ->
     path = out / "report.html"
     open_fresh(page, path)
     records = records_of(out)
-    assert page.evaluate("document.getElementById('task-count').textContent") == f"{len(records)} of {len(records)} tasks"
+    assert (
+        page.evaluate("document.getElementById('task-count').textContent") == f"{len(records)} of {len(records)} tasks"
+    )
     assert page.evaluate("document.querySelectorAll('#outcome-table tbody tr').length") == 1
     page.evaluate("document.querySelector('#task-table tbody tr.task').click()")
     assert page.evaluate("document.querySelectorAll('tr.trace .step.attempt').length") >= 1

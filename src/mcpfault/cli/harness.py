@@ -536,7 +536,9 @@ def _report(args: argparse.Namespace) -> int:
 
     if args.html is not None:
         if not args.html.is_dir():
-            raise UsageError(f"--html {args.html}: not a directory; give the --out directory of a run, bench or experiment")
+            raise UsageError(
+                f"--html {args.html}: not a directory; give the --out directory of a run, bench or experiment"
+            )
         try:
             page = write_html(args.html)
         except ValueError as exc:

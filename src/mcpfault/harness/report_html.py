@@ -70,7 +70,9 @@ class Step:
     marks: tuple[str, ...] = ()  # fault, failure, error, duplicate
 
     def compact(self) -> list[Any]:
-        return [self.depth, self.kind, self.name, round(self.start_ms, 3), round(self.duration_ms, 3), self.detail]
+        """The step as report.js reads it: a list, in this order (smaller than an object per span)."""
+        start, duration = round(self.start_ms, 3), round(self.duration_ms, 3)
+        return [self.depth, self.kind, self.name, start, duration, self.detail, list(self.marks)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,10 +239,10 @@ def render_run(data: RunData) -> str:
         _outcome_section(summary),
         _exposure_section(summary, data.records),
         _charts_section(summary),
-        _tasks_section(data),
+        _tasks_section(data, summary),
         _markdown_section(data.markdown),
     ]
-    return _page(data.title, "\n".join(part for part in body if part), _TASKS_SCRIPT)
+    return _page(data.title, "\n".join(part for part in body if part), _asset("report.js"))
 
 
 def _meta_line(data: RunData) -> str:
@@ -359,12 +361,16 @@ def _exposure_section(summary: Summary, records: Sequence[TaskRecord]) -> str:
 
 
 def _charts_section(summary: Summary) -> str:
-    charts = render_charts(summary)
+    charts = dict(render_charts(summary))
+    note = ""
+    if not summary.recovery:  # an empty chart of recovery times is an axis and nothing else: say so instead
+        charts.pop("recovery.svg", None)
+        note = "<p>No task recovered from a fault, so there are no recovery times to chart.</p>"
     figures = "".join(
         f'<figure class="chart">{_inline_svg(_recoloured(svg))}<figcaption>{_e(name)}</figcaption></figure>'
         for name, svg in charts.items()
     )
-    return f'<section id="charts"><h2>Charts</h2>{figures}</section>'
+    return f'<section id="charts"><h2>Charts</h2>{figures}{note}</section>'
 
 
 def _recoloured(svg: str) -> str:
@@ -380,10 +386,17 @@ def _inline_svg(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
-def _tasks_section(data: RunData) -> str:
+def _tasks_section(data: RunData, summary: Summary) -> str:
     """The task list (rows drawn by the script from compact JSON) and each task's trace, unparsed."""
     order = {o: i for i, o in enumerate(("failed_silent", "failed_detected", "recovered", "success"))}
-    positions = sorted(range(len(data.records)), key=lambda i: (order.get(data.records[i].outcome, 9), i))
+    rows = {p: i for i, p in enumerate(summary.profiles)}
+    agents = {a: i for i, a in enumerate(summary.agents)}
+
+    def place(i: int) -> tuple[int, ...]:
+        r = data.records[i]
+        return (order.get(r.outcome, 9), rows.get(r.row, 0), agents.get(r.agent, 0), r.trial, r.session, r.task_index)
+
+    positions = sorted(range(len(data.records)), key=place)
     tasks = [_task_row(i, data.records[i], i in data.steps) for i in positions]
     fault_types = sorted({t for r in data.records for t in r.fault_types})
     selects = "".join(
@@ -398,8 +411,7 @@ def _tasks_section(data: RunData) -> str:
         )
     )
     trace_scripts = "\n".join(
-        f'<script type="application/json" id="trace-{i}">{_json([s.compact() + [list(s.marks)] for s in steps])}'
-        "</script>"
+        f'<script type="application/json" id="trace-{i}">{_json([s.compact() for s in steps])}</script>'
         for i, steps in sorted(data.steps.items())
     )
     head = "".join(
@@ -591,99 +603,13 @@ def _page(title: str, body: str, script: str) -> str:
         # No request can leave the page: everything is inline, and the policy says so to the browser too.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{_e(title)}</title><style>:root{{{colours}}}{_STYLE}</style></head>\n"
+        f"<title>{_e(title)}</title><style>:root{{{colours}}}\n{_asset('report.css')}</style></head>\n"
         f"<body>{body}\n<script>{script}</script></body></html>\n"
     )
 
 
-_STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#1a1a1a}
-h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;margin:1.4em 0 .4em}h3{font-size:1.05em}
-code{font:12px ui-monospace,monospace;background:#f3f3f3;padding:1px 3px}
-.meta{color:#444}.warn{color:#8a3b00}
-.callout{border-left:6px solid;padding:.3em 1em;margin:1em 0;background:#fafafa}
-.callout.bad{border-color:var(--failed_silent);background:#fbf0f6}.callout.ok{border-color:var(--success)}
-.callout ol{margin:.3em 0;padding-left:1.6em}.callout a{color:#0b4f8a}
-table.grid{border-collapse:collapse;margin:.4em 0 1em}
-.grid th,.grid td{border:1px solid #ccc;padding:2px 7px;text-align:left;vertical-align:top}
-.grid thead th{background:#eee}.grid caption{text-align:left;font-weight:600;padding:2px 0}
-.grid td.n{text-align:right;font-variant-numeric:tabular-nums}
-.grid td.silent{outline:2px solid var(--failed_silent);font-weight:700}
-.chart{display:inline-block;margin:0 1em 1em 0;vertical-align:top}.chart svg{max-width:100%;height:auto}
-.chart figcaption{color:#555;font-size:12px}
-.filters{margin:.4em 0}.filters label{margin-right:1em}
-.tasks tbody tr.task{cursor:pointer}.tasks tbody tr.task:hover{background:#f3f7fb}
-.tasks tr.open{background:#eef3f8}
-.badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;white-space:nowrap;color:#000}
-.badge.success{background:var(--success);color:#fff}.badge.recovered{background:var(--recovered);color:#fff}
-.badge.failed_detected{background:var(--failed_detected)}
-.badge.failed_silent{background:var(--failed_silent);color:#fff;outline:2px solid #000;font-weight:700}
-.waterfall{padding:.4em 0}.step{display:grid;grid-template-columns:minmax(0,46%) minmax(0,54%);gap:8px;
- border-bottom:1px solid #eee;padding:2px 0}
-.step .label{overflow-wrap:anywhere}.step .kind{font-size:11px;text-transform:uppercase;color:#333;
- border:1px solid #999;border-radius:3px;padding:0 3px;margin-right:4px}
-.step .detail{display:block;color:#333;font-size:12px}
-.step .track{position:relative;height:16px;background:#f6f6f6;align-self:center}
-.step .bar{position:absolute;top:2px;height:12px;min-width:2px;background:var(--span)}
-.step.attempt .bar{background:var(--attempt)}.step.proxy .bar{background:var(--proxy)}
-.step.server .bar{background:var(--server)}.step.model .bar{background:var(--model)}.step.task .bar{background:var(--task)}
-.step.fault .bar{background:repeating-linear-gradient(45deg,#000 0 3px,var(--proxy) 3px 7px)}
-.mark{display:inline-block;font-size:11px;font-weight:700;padding:0 4px;margin-left:4px;border:1.5px solid #000;
- border-radius:3px;background:#fff}
-.mark.duplicate,.mark.fault{background:#000;color:#fff}
-.state{font-weight:600}
-details summary{cursor:pointer;font-weight:600}
-"""
+def _asset(name: str) -> str:
+    """A file of ``report_assets`` (the page's stylesheet and script), read from the installed package."""
+    from importlib.resources import files
 
-# The task list and the waterfall: rows from #task-data, a task's trace parsed from #trace-N only when
-# it is opened. No fetch, no import, no timer: nothing here can ask the network for anything.
-_TASKS_SCRIPT = r"""
-(function(){
-"use strict";
-var F={pos:0,outcome:1,profile:2,agent:3,session:4,task:5,workflow:6,modes:7,attempts:8,dups:9,ms:10,detail:11,
-failure:12,trace:13,traced:14,types:15};
-var rows=JSON.parse(document.getElementById("task-data").textContent);
-var body=document.querySelector("#task-table tbody");
-var sel={};["outcome","profile","agent","fault"].forEach(function(k){sel[k]=document.getElementById("filter-"+k);
-sel[k].addEventListener("change",draw);});
-function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;
-if(text!==undefined)e.textContent=text;return e;}
-function keep(r){return (!sel.outcome.value||r[F.outcome]===sel.outcome.value)&&
-(!sel.profile.value||r[F.profile]===sel.profile.value)&&(!sel.agent.value||r[F.agent]===sel.agent.value)&&
-(!sel.fault.value||r[F.types].indexOf(sel.fault.value)>=0);}
-function draw(){body.textContent="";var shown=0;rows.forEach(function(r){if(!keep(r))return;shown++;
-var tr=el("tr","task");tr.id="task-"+r[F.pos];tr.dataset.pos=r[F.pos];tr.dataset.outcome=r[F.outcome];
-var b=el("td");b.appendChild(el("span","badge "+r[F.outcome],r[F.outcome]));tr.appendChild(b);
-[r[F.profile],r[F.agent],r[F.session],r[F.task],r[F.workflow],r[F.modes].join(", ")||"-",r[F.attempts],
-r[F.dups],r[F.ms]].forEach(function(v,i){tr.appendChild(el("td",i>=6||i===2||i===3?"n":"",String(v)));});
-tr.addEventListener("click",function(){toggle(tr,r);});body.appendChild(tr);});
-document.getElementById("task-count").textContent=shown+" of "+rows.length+" tasks";}
-function toggle(tr,r){var next=tr.nextSibling;if(next&&next.classList&&next.classList.contains("trace")){
-next.remove();tr.classList.remove("open");return;}tr.classList.add("open");
-var row=el("tr","trace");var td=el("td");td.colSpan=10;row.appendChild(td);
-td.appendChild(el("div","summary",r[F.task]+" "+r[F.workflow]+": "+r[F.outcome]+(r[F.failure]?" ("+r[F.failure]+")":"")+
-(r[F.detail]?" · "+r[F.detail]:"")+(r[F.trace]?" · trace "+r[F.trace]:"")));
-var script=document.getElementById("trace-"+r[F.pos]);
-if(!script){td.appendChild(el("p","","No trace for this task (run without spans)."));}
-else{td.appendChild(waterfall(JSON.parse(script.textContent)));}
-tr.parentNode.insertBefore(row,tr.nextSibling);}
-function waterfall(steps){var box=el("div","waterfall");var end=1e-9;steps.forEach(function(s){
-end=Math.max(end,s[3]+s[4]);});steps.forEach(function(s){var marks=s[6];
-var row=el("div","step "+s[1]+(marks.indexOf("fault")>=0?" fault":""));var label=el("div","label");
-label.style.paddingLeft=(s[0]*16)+"px";label.appendChild(el("span","kind",s[1]));label.appendChild(
-document.createTextNode(s[2]+"  "+s[4].toFixed(1)+" ms"));marks.forEach(function(m){
-label.appendChild(el("span","mark "+m,m));});if(s[5])label.appendChild(el("span","detail",s[5]));
-var track=el("div","track");var bar=el("div","bar");bar.style.left=(100*s[3]/end)+"%";
-bar.style.width=(100*s[4]/end)+"%";bar.title=s[2]+": starts at "+s[3].toFixed(1)+" ms, "+s[4].toFixed(1)+" ms";
-track.appendChild(bar);row.appendChild(label);row.appendChild(track);box.appendChild(row);});return box;}
-function open(pos){sel.outcome.value="";sel.profile.value="";sel.agent.value="";sel.fault.value="";draw();
-var tr=document.getElementById("task-"+pos);if(!tr)return;var r=rows.filter(function(x){return x[F.pos]===pos;})[0];
-var next=tr.nextSibling;if(!(next&&next.classList&&next.classList.contains("trace")))toggle(tr,r);
-tr.scrollIntoView();}
-document.querySelectorAll("[data-open]").forEach(function(a){a.addEventListener("click",function(ev){
-ev.preventDefault();open(Number(a.dataset.open));});});
-document.querySelectorAll("[data-filter-outcome]").forEach(function(b){b.addEventListener("click",function(){
-sel.outcome.value=b.dataset.filterOutcome;draw();document.getElementById("tasks").scrollIntoView();});});
-draw();
-})();
-"""
+    return (files("mcpfault.harness") / "report_assets" / name).read_text(encoding="utf-8")
