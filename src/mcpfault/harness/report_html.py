@@ -271,7 +271,7 @@ def _silent_section(records: Sequence[TaskRecord]) -> str:
     cells = Counter(f"{r.row} / {r.agent}" for _, r in silent)
     listed = "".join(
         f'<li><a href="#task-{i}" data-open="{i}">{_e(r.row)} / {_e(r.agent)} · session {r.session} · task '
-        f"{r.task_index} ({_e(r.task)})</a>: {_e(', '.join(r.fault_modes) or 'no fault')}"
+        f"{r.task_index} ({_e(r.task)})</a>: {_e(_counted(r.fault_modes) or 'no fault')}"
         f"{f' · {r.duplicates} duplicate(s)' if r.duplicates else ''} · {_e(r.detail)}</li>"
         for i, r in silent[:25]
     )
@@ -285,6 +285,12 @@ def _silent_section(records: Sequence[TaskRecord]) -> str:
         f'<p><button type="button" data-filter-outcome="failed_silent">List them all below</button></p>'
         f"<ol>{listed}</ol>{more}</section>"
     )
+
+
+def _counted(items: Sequence[str]) -> str:
+    """``a ×3, b``: each distinct item once, in first-seen order, with how often it repeats."""
+    counts = Counter(items)
+    return ", ".join(item if counts[item] == 1 else f"{item} ×{counts[item]}" for item in dict.fromkeys(items))
 
 
 def _outcome_section(summary: Summary) -> str:
