@@ -288,9 +288,9 @@ def _silent_section(records: Sequence[TaskRecord]) -> str:
 
 
 def _counted(items: Sequence[str]) -> str:
-    """``a ×3, b``: each distinct item once, in first-seen order, with how often it repeats."""
+    """``a (3 times), b``: each distinct item once, in first-seen order, with how often it repeats."""
     counts = Counter(items)
-    return ", ".join(item if counts[item] == 1 else f"{item} ×{counts[item]}" for item in dict.fromkeys(items))
+    return ", ".join(item if counts[item] == 1 else f"{item} ({counts[item]} times)" for item in dict.fromkeys(items))
 
 
 def _outcome_section(summary: Summary) -> str:
