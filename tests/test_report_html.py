@@ -88,7 +88,8 @@ def test_the_page_shows_the_records_counts_and_a_silent_tasks_fault_and_duplicat
     assert len(shown) == len(expected) == 6
     for profile, agent, counts in shown:
         cell = expected[(profile, agent)]
-        assert counts == {"tasks": sum(cell.values()), **{o: cell.get(o, 0) for o in OUTCOMES}}
+        wanted: dict[str, int] = {"tasks": sum(cell.values()), **{o: cell.get(o, 0) for o in OUTCOMES}}
+        assert counts == wanted
     # Silent failures are the first thing the page points at.
     silent = [r for r in records if r.outcome == "failed_silent"]
     assert silent and all(r.duplicates == 1 for r in silent)

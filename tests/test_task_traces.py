@@ -7,12 +7,14 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.openmetrics.exposition import generate_latest
 
 from mcpfault.analysis import trace_tree, traces
 from mcpfault.analysis.records import TaskRecord, read_records
+from mcpfault.harness import report_html
 from mcpfault.harness.metrics_push import record_bench_metrics, trace_ids_of
 from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import HarnessMetrics
@@ -150,3 +152,43 @@ def test_traces_show_refuses_a_directory_that_is_not_a_run(bench: Path, tmp_path
         assert "mcpfault traces show:" in done.stderr and "--out directory" in done.stderr
     assert "is not a run's directory: it holds none of records.jsonl" in show(str(tmp_path / "notes")).stderr
     assert show(str(next(iter(session_dirs(bench))))).returncode == 0  # one session's directory is a run's
+
+
+def test_traces_export_sends_the_links_between_tasks_and_sessions(bench: Path, receiver: Any) -> None:
+    done = subprocess.run(
+        [*MCPFAULT, "traces", "export", str(bench), "--otlp-endpoint", receiver.base_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    exported = receiver.spans()
+    sessions = {span.span_id.hex(): span for span in exported if span.name == names.SESSION_SPAN}
+    tasks = [span for span in exported if span.name.startswith(names.TASK_SPAN + " ")]
+    assert len(sessions) == 12 and len(tasks) == 36
+    for task in tasks:
+        (link,) = task.links
+        session = sessions[link.span_id.hex()]
+        assert link.trace_id == session.trace_id != task.trace_id
+        assert (task.trace_id, task.span_id) in {(back.trace_id, back.span_id) for back in session.links}
+
+
+def test_the_llm_agents_model_calls_are_in_its_tasks_traces(tmp_path: Path) -> None:
+    out = tmp_path / "llm"
+    agent = ["--agent", "llm", "--model", "fake-careful"]
+    done = subprocess.run(
+        [*MCPFAULT, "run", *agent, "--profile", "timeout", "--tasks", "2", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    spans = traces.read_session_spans(out)
+    records = records_of(out)
+    model_calls = [s for s in spans.client if s.attributes.get(names.GEN_AI_OPERATION_NAME) == "chat"]
+    assert model_calls and {s.trace_id for s in model_calls} == {r.trace_id for r in records}
+    tasks = {node.span.trace_id: node for node in trace_tree.tasks(trace_tree.trees(spans.client))}
+    for call in model_calls:
+        assert call.parent_span_id == tasks[call.trace_id].span.span_id  # a child of its task, beside the attempts
+    steps = report_html.waterfall(tasks[records[0].trace_id or ""])
+    assert [s.kind for s in steps].count("model") == sum(1 for c in model_calls if c.trace_id == records[0].trace_id)

@@ -182,7 +182,7 @@ def _describe(span: SpanView) -> tuple[str, str, tuple[str, ...]]:
     marks: list[str] = []
     if isinstance(attrs.get(names.TASK_INDEX), int):
         kind = "task"
-        parts += [f"task {attrs[names.TASK_INDEX]}", f"outcome {_text(attrs.get(names.TASK_OUTCOME, '?'))}"]
+        parts += [f"task {_text(attrs[names.TASK_INDEX])}", f"outcome {_text(attrs.get(names.TASK_OUTCOME, '?'))}"]
     elif names.CLIENT_RECEIVED in attrs:  # the proxy's span (its service can be renamed)
         kind = "proxy"
         faults = traces.proxy_faults(span)
