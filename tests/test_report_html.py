@@ -230,3 +230,19 @@ def test_an_experiment_gets_a_page_with_its_verdict_states_and_probe_values(tmp_
     assert page.evaluate("document.querySelectorAll('#timeline svg').length") == 1
     page.screenshot(tmp_path / "screenshots" / "experiment.png")
     assert_no_request_and_no_error(page, path)
+
+
+def test_broken_inputs_are_refused_with_the_file_named(bench: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "records.jsonl").write_text((bench / "records.jsonl").read_text() + "{not json\n")
+    done = subprocess.run([*MCPFAULT, "report", "--html", str(copy)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"{copy / 'records.jsonl'}:37: not a task record" in done.stderr
+    (copy / "records.jsonl").write_text((bench / "records.jsonl").read_text())
+    (copy / "bench.json").write_text("[1, 2")
+    done = subprocess.run([*MCPFAULT, "report", "--html", str(copy)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"{copy / 'bench.json'}: not the bench's JSON" in done.stderr
+    (copy / "bench.json").unlink()
+    done = subprocess.run([*MCPFAULT, "report", "--html", str(copy)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # no spans, no report.md: the page without traces
+    assert '<script type="application/json" id="trace-' not in (copy / "report.html").read_text()

@@ -106,7 +106,12 @@ def load_run(run_dir: Path) -> RunData:
             steps[position] = waterfall(node)
     markdown_path = run_dir / "report.md"
     meta_path = run_dir / "bench.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    except ValueError as exc:
+        raise ValueError(f"{meta_path}: not the bench's JSON ({exc}); remove it or rerun the bench") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: not the bench's JSON (an object); remove it or rerun the bench")
     return RunData(
         title=f"mcpfault {'bench' if meta else 'run'}: {run_dir.name}",
         records=records,
