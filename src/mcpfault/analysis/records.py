@@ -40,7 +40,7 @@ class TaskRecord:
     failure: str | None = None  # the failure class that ended a failed_detected task
     detail: str = ""
     fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
-    trace_id: str | None = None  # hex id of the trace holding the task's span (its session's), when traced
+    trace_id: str | None = None  # hex id of the task's own trace (in older runs: its session's), when traced
     affected_types: tuple[str, ...] = ()  # the fault types that changed what the client received
     touched_no_effect: bool = False  # faults reached it, none changed what it received
     trial: int = 0  # which of bench --trials K runs of the cell (0 without --trials)

@@ -21,8 +21,8 @@ def add_parsers(commands: Any) -> None:
         description="Start the proxy with PROFILE in front of the bundled mock server and let AGENT run TASKS "
         "tasks through it, one after another. Judges every task (success, recovered, failed_detected, "
         "failed_silent) and prints a summary. Writes attempts, proxy events, the proxy's log, the server's final "
-        "state, the task records and the spans of all three processes (client-, proxy-, server-spans.jsonl, one "
-        "trace per session) under --out.",
+        "state, the task records, the spans of all three processes (client-, proxy-, server-spans.jsonl, a trace "
+        "per task, linked to its session's) and report.html under --out.",
     )
     run.add_argument(
         "--profile",
@@ -56,7 +56,8 @@ def add_parsers(commands: Any) -> None:
         "bench",
         help="the matrix of profiles x agents; outcomes, retries, duplicates, recovery time; report.md and charts",
         description="Run every agent under every profile (TASKS tasks per cell, in sessions of SESSION_TASKS run "
-        "JOBS at a time), judge every task, and write records.jsonl, report.md and SVG charts under --out. "
+        "JOBS at a time), judge every task, and write records.jsonl, report.md, report.html and SVG charts under "
+        "--out. "
         "With no arguments: the nine stdio profiles of the benchmark x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
