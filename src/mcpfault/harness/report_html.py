@@ -323,7 +323,8 @@ def _outcome_table(cells: Sequence[CellSummary], trials: int, table_id: str, cap
     if trials > 1:
         head += [f"pass^{k}" for k in range(1, trials + 1)]
     rows = []
-    for c in cells:
+    for number, c in enumerate(cells):
+        first = " first-of-profile" if number and cells[number - 1].profile != c.profile else ""
         counts = "".join(
             f'<td class="n{" silent" if o == "failed_silent" and c.count(o) else ""}" data-outcome="{o}">'
             f"{c.count(o)}</td>"
@@ -331,7 +332,8 @@ def _outcome_table(cells: Sequence[CellSummary], trials: int, table_id: str, cap
         )
         passes = "".join(f'<td class="n">{100 * share:.0f}%</td>' for share in c.pass_k) if trials > 1 else ""
         rows.append(
-            f'<tr data-profile="{_e(c.profile)}" data-agent="{_e(c.agent)}"><th scope="row">{_e(c.profile)}</th>'
+            f'<tr class="cell{first}" data-profile="{_e(c.profile)}" data-agent="{_e(c.agent)}">'
+            f'<th scope="row">{_e(c.profile)}</th>'
             f'<td>{_e(c.agent)}</td><td class="n" data-outcome="tasks">{c.tasks}</td>{counts}'
             f'<td class="n">{percent(c.correct, c.tasks)} ({interval(c.success_interval)})</td>'
             f'<td class="n">{percent(c.failed_silent, c.tasks)} ({interval(c.silent_interval)})</td>{passes}</tr>'
