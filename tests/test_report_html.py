@@ -105,7 +105,7 @@ def test_the_page_shows_the_records_counts_and_a_silent_tasks_fault_and_duplicat
     assert "failed_silent" in trace and silent[0].trace_id in trace
     assert "fault timeout/drop" in trace and "client received: nothing" in trace
     steps = page.evaluate(
-        """[...document.querySelectorAll('tr.trace .step')].map(s => [s.className,
+        """[...document.querySelectorAll('tr.trace .step:not(.axis)')].map(s => [s.className,
              [...s.querySelectorAll('.mark')].map(m => m.textContent)])"""
     )
     kinds = [cls.split()[1] for cls, _ in steps]

@@ -83,6 +83,7 @@
     var box = element("div", "waterfall");
     var end = 1e-9;
     steps.forEach(function (step) { end = Math.max(end, step[S.start] + step[S.duration]); });
+    box.appendChild(axis(end));
     steps.forEach(function (step) {
       var marks = step[S.marks];
       var line = element("div", "step " + step[S.kind] + (marks.indexOf("fault") >= 0 ? " fault" : ""));
@@ -104,6 +105,20 @@
       box.appendChild(line);
     });
     return box;
+  }
+
+  // A scale above the bars: milliseconds since the task started, in quarters of the whole.
+  function axis(end) {
+    var line = element("div", "step axis");
+    line.appendChild(element("div", "label", "span (ms since the task started)"));
+    var track = element("div", "track");
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (share) {
+      var tick = element("span", "tick", (share * end).toFixed(share && end < 10 ? 1 : 0));
+      tick.style.left = (100 * share) + "%";
+      track.appendChild(tick);
+    });
+    line.appendChild(track);
+    return line;
   }
 
   function openTask(pos) {
