@@ -192,3 +192,17 @@ def test_the_llm_agents_model_calls_are_in_its_tasks_traces(tmp_path: Path) -> N
         assert call.parent_span_id == tasks[call.trace_id].span.span_id  # a child of its task, beside the attempts
     steps = report_html.waterfall(tasks[records[0].trace_id or ""])
     assert [s.kind for s in steps].count("model") == sum(1 for c in model_calls if c.trace_id == records[0].trace_id)
+
+
+def test_a_long_session_links_to_every_task_beyond_the_sdks_default_limit(tmp_path: Path) -> None:
+    out = tmp_path / "long"
+    done = subprocess.run(
+        [*MCPFAULT, "run", "--profile", "baseline", "--tasks", "140", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    spans = traces.read_session_spans(out)
+    (session,) = [s for s in spans.client if s.name == names.SESSION_SPAN]
+    assert len(session.links) == 140  # the SDK keeps 128 links per span unless told otherwise

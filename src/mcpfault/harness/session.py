@@ -153,6 +153,7 @@ class SessionTrace:
             span_names.HARNESS_SERVICE,
             spans_file=plan.out_dir / traces.CLIENT_SPANS,
             otlp_endpoint=plan.otlp_endpoint,
+            max_links=max(128, len(plan.tasks)),  # the session span links to each of its tasks
         )
         assert provider is not None  # there is always the spans file to export to
         self.provider = provider

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider, sampling
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from mcpfault.telemetry import otel_env, otlp_lines
@@ -65,6 +65,7 @@ def configure_tracing(
     spans_file: Path | None = None,
     otlp_endpoint: str | None = None,
     resource_attributes: Mapping[str, str] | None = None,
+    max_links: int | None = None,
 ) -> TracerProvider | None:
     """A TracerProvider exporting to ``spans_file`` and/or OTLP/HTTP, or None when there is nowhere to export.
 
@@ -77,6 +78,9 @@ def configure_tracing(
     are credentials and never reach the resource, a span or a log. Raises ``OtelConfigError`` (a
     ``ValueError``) for a value that cannot be honoured.
 
+    ``max_links`` raises the SDK's limit of links per span (128 by default): a session span links to
+    every task it ran.
+
     Does not install the provider globally: the caller owns it and must ``shutdown()`` it to flush.
     """
     settings = otel_env.read(otlp_endpoint)
@@ -84,7 +88,9 @@ def configure_tracing(
         return None
 
     provider = TracerProvider(
-        resource=service_resource(service_name, resource_attributes), sampler=sdk_sampler(settings.sampler)
+        resource=service_resource(service_name, resource_attributes),
+        sampler=sdk_sampler(settings.sampler),
+        span_limits=SpanLimits(max_links=max_links),
     )
     if spans_file is not None:
         provider.add_span_processor(BatchSpanProcessor(OtlpJsonLinesExporter(spans_file)))
