@@ -246,3 +246,25 @@ def test_broken_inputs_are_refused_with_the_file_named(bench: Path, tmp_path: Pa
     done = subprocess.run([*MCPFAULT, "report", "--html", str(copy)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr  # no spans, no report.md: the page without traces
     assert '<script type="application/json" id="trace-' not in (copy / "report.html").read_text()
+
+
+def test_with_trials_the_outcome_table_shows_pass_k_and_never_silent_k() -> None:
+    def run(index: int, trial: int, outcome: str) -> TaskRecord:
+        return TaskRecord("p", "a", 0, index, "site_triage", outcome, trial=trial)  # type: ignore[arg-type]
+
+    records = (
+        run(0, 1, "success"),
+        run(0, 2, "success"),
+        run(1, 1, "success"),
+        run(1, 2, "failed_silent"),
+    )
+    text = report_html.render_run(report_html.RunData(title="trials", records=records))
+    # Task 0 is correct on both runs, task 1 on one of two: pass^1 = 75%, pass^2 = 50%; never silent the same.
+    for attribute, k, share in (
+        ("pass-k", 1, 75),
+        ("pass-k", 2, 50),
+        ("never-silent-k", 1, 75),
+        ("never-silent-k", 2, 50),
+    ):
+        assert f'data-{attribute}="{k}">{share}%</td>' in text
+    assert "pass^2" in text and "never silent^2" in text

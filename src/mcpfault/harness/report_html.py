@@ -306,7 +306,13 @@ def _outcome_section(summary: Summary) -> str:
         '<section id="outcomes"><h2>Outcomes</h2>',
         "<p>Counts per cell; <em>correct</em> is success + recovered, with its Wilson 95% interval, and "
         "<em>silent</em> the share that failed silently."
-        + (f" pass^k for k = 1..{trials}: the chance that k runs of a task are all correct." if trials > 1 else "")
+        + (
+            f" pass^k for k = 1..{trials}: the chance that k runs of a task are all correct (tau-bench's estimator); "
+            "never silent^k: that none of k runs fails silently. A falling pass^k is an agent that copes on some runs "
+            "of a task and not on others."
+            if trials > 1
+            else ""
+        )
         + "</p>",
     ]
     if gentle:
@@ -322,6 +328,7 @@ def _outcome_table(cells: Sequence[CellSummary], trials: int, table_id: str, cap
     head = ["profile", "agent", "tasks", *OUTCOMES, "correct (95%)", "silent (95%)"]
     if trials > 1:
         head += [f"pass^{k}" for k in range(1, trials + 1)]
+        head += [f"never silent^{k}" for k in range(1, trials + 1)]
     rows = []
     for number, c in enumerate(cells):
         first = " first-of-profile" if number and cells[number - 1].profile != c.profile else ""
@@ -330,7 +337,13 @@ def _outcome_table(cells: Sequence[CellSummary], trials: int, table_id: str, cap
             f"{c.count(o)}</td>"
             for o in OUTCOMES
         )
-        passes = "".join(f'<td class="n">{100 * share:.0f}%</td>' for share in c.pass_k) if trials > 1 else ""
+        passes = ""
+        if trials > 1:
+            passes = "".join(f'<td class="n" data-pass-k="{k}">{100 * v:.0f}%</td>' for k, v in enumerate(c.pass_k, 1))
+            passes += "".join(
+                f'<td class="n" data-never-silent-k="{k}">{100 * v:.0f}%</td>'
+                for k, v in enumerate(c.never_silent_k, 1)
+            )
         rows.append(
             f'<tr class="cell{first}" data-profile="{_e(c.profile)}" data-agent="{_e(c.agent)}">'
             f'<th scope="row">{_e(c.profile)}</th>'
