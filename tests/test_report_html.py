@@ -268,3 +268,18 @@ def test_with_trials_the_outcome_table_shows_pass_k_and_never_silent_k() -> None
     ):
         assert f'data-{attribute}="{k}">{share}%</td>' in text
     assert "pass^2" in text and "never silent^2" in text
+
+
+def test_the_stress_profiles_get_a_table_of_their_own() -> None:
+    records = tuple(
+        TaskRecord(profile, "resilient", 0, index, "site_triage", outcome)  # type: ignore[arg-type]
+        for profile in ("mixed", "outage", "storm")
+        for index, outcome in enumerate(("success", "failed_detected"))
+    )
+    text = report_html.render_run(report_html.RunData(title="stress", records=records))
+    gentle = text.split('<table id="outcome-table"', 1)[1].split("</table>", 1)[0]
+    stress = text.split('<table id="stress-table"', 1)[1].split("</table>", 1)[0]
+    assert 'data-profile="mixed"' in gentle and 'data-profile="outage"' not in gentle
+    assert (
+        'data-profile="outage"' in stress and 'data-profile="storm"' in stress and 'data-profile="mixed"' not in stress
+    )
