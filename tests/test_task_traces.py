@@ -206,3 +206,15 @@ def test_a_long_session_links_to_every_task_beyond_the_sdks_default_limit(tmp_pa
     spans = traces.read_session_spans(out)
     (session,) = [s for s in spans.client if s.name == names.SESSION_SPAN]
     assert len(session.links) == 140  # the SDK keeps 128 links per span unless told otherwise
+
+
+def test_traces_show_names_where_the_links_lead(bench: Path) -> None:
+    directory = session_dirs(bench)[0]
+    spans = traces.read_session_spans(directory)
+    (session,) = [s for s in spans.client if s.name == names.SESSION_SPAN]
+    done = show(str(directory), "--trace", session.trace_id)
+    assert done.returncode == 0, done.stderr
+    assert "mcpfault.session" in done.stdout and "links to 3 task trace(s)" in done.stdout
+    task = show(str(directory), "--task", "0")
+    assert task.returncode == 0, task.stderr
+    assert f"session trace {session.trace_id}" in task.stdout.replace("\n", "")

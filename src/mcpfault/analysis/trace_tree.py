@@ -189,9 +189,20 @@ def label(span: SpanView) -> str:
         if names.FAILURE in attrs:
             parts.append(f"failure={attrs[names.FAILURE]}")
     parts.append(f"{1000 * span.duration_s:.1f} ms")
+    parts.extend(_links(span))
     if span.status_code.name == "ERROR" and span.status_message:
         parts.append(f"error: {span.status_message}")
     return "  ".join(parts)
+
+
+def _links(span: SpanView) -> list[str]:
+    """Where the span's links lead: a task's to its session's trace, a session's to its tasks' traces."""
+    roles = [_text(link.attributes.get(names.LINK_ROLE, "")) for link in span.links]
+    if roles == [names.LINK_SESSION]:
+        return [f"session trace {span.links[0].trace_id}"]
+    tasks = roles.count(names.LINK_TASK)
+    others = len(roles) - tasks
+    return ([f"links to {tasks} task trace(s)"] if tasks else []) + ([f"{others} other link(s)"] if others else [])
 
 
 def _is_proxy(span: SpanView) -> bool:
