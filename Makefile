@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NPM_STAMP := tests/npm/node_modules/.installed-stamp
 
-.PHONY: run test lint bench setup clean prometheus bpftrace chromium
+.PHONY: run test test-fast lint docs bench setup clean prometheus bpftrace chromium
 
 # Bytecode for the editable source: with PYTHONDONTWRITEBYTECODE set (as here), every proxy and mock
 # server of the bench would otherwise compile our modules again at start-up (~40 ms of CPU each).
@@ -19,6 +19,16 @@ run: $(STAMP)
 
 test: $(STAMP) $(NPM_STAMP) prometheus bpftrace chromium lint
 	$(BIN)/pytest
+
+# The quick loop: lint, then every test not marked slow (no real subprocess sessions, sidecars or site
+# builds); what `make test` runs in full before a change lands.
+test-fast: $(STAMP) lint
+	$(BIN)/pytest -m "not slow" -q
+
+# The documentation site (MkDocs with Material) into site/, strict: a broken link or anchor fails the build.
+# The command and fault-type references are generated from the parsers and the catalog (docs/hooks.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -90,4 +100,4 @@ $(NPM_STAMP): tests/npm/package.json tests/npm/package-lock.json
 	touch $@
 
 clean:
-	rm -rf $(VENV) tests/npm/node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) tests/npm/node_modules .mypy_cache .ruff_cache .pytest_cache site

@@ -89,7 +89,7 @@ def test_no_section_when_it_passes(mcpfault_proxy):
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     assert text.count("mcpfault: faults injected") == 1
-    assert re.search(r"proxy 1 \(stdio stdio, profile profile\.toml, seed the profile's\): 1 faults", text), text
+    assert re.search(r"proxy 1 \(stdio, profile profile\.toml, seed 5\): 1 fault\b", text), text
     assert re.search(
         r"error/tool rule=sites-down tools/call list_sites request_id=\d+ span_id=[0-9a-f]{16} trace_id=[0-9a-f]{32}",
         text,

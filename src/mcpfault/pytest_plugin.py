@@ -108,13 +108,25 @@ def _describe(proxies: Sequence[Proxy]) -> Iterator[str]:
         except Exception as exc:  # the report must not fail over records it cannot read
             yield f"proxy {number}: its records could not be read ({exc})"
             continue
-        where = proxy.url or "stdio"
+        where = f"{proxy.transport} {proxy.url}" if proxy.url else proxy.transport
         profile = Path(str(proxy.profile_path)).name
-        seed = proxy.seed if proxy.seed is not None else "the profile's"
-        yield f"proxy {number} ({proxy.transport} {where}, profile {profile}, seed {seed}): {len(faults)} faults"
+        seed = proxy.seed if proxy.seed is not None else _profile_seed(proxy.profile_path)
+        count = f"{len(faults)} fault" + ("" if len(faults) == 1 else "s")
+        yield f"proxy {number} ({where}, profile {profile}, seed {seed}): {count}"
         for fault in faults:
             target = f"{fault.method} {fault.tool}" if fault.tool else fault.method
             yield (
                 f"  {fault.type}/{fault.mode} rule={fault.rule} {target} request_id={fault.request_id} "
                 f"span_id={fault.span_id or '-'} trace_id={fault.trace_id or '-'}"
             )
+
+
+def _profile_seed(path: Path | None) -> str:
+    """The seed the profile file sets (what the proxy ran with when no seed was given), for the report."""
+    import tomllib
+
+    try:
+        seed = tomllib.loads(Path(str(path)).read_text()).get("seed")
+    except (OSError, tomllib.TOMLDecodeError):
+        return "unknown"
+    return str(seed) if seed is not None else "none (unseeded)"
