@@ -27,7 +27,7 @@ from typing import Any, Final
 from opentelemetry.trace import SpanKind
 
 from mcpfault.analysis.effects import AttemptView, TaskReads, affects, effect_of
-from mcpfault.analysis.join import Touch
+from mcpfault.analysis.join import Sent, Touch, acted_after
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
@@ -80,6 +80,15 @@ class AttemptTrace:
     def number(self) -> int:
         value = self.span.attributes.get(span_names.ATTEMPT)
         return value if isinstance(value, int) else 1
+
+    @property
+    def target(self) -> str | None:
+        """The tool, resource or prompt the request names (None for a list)."""
+        for key in (names.GEN_AI_TOOL_NAME, names.MCP_RESOURCE_URI, names.GEN_AI_PROMPT_NAME):
+            value = self.span.attributes.get(key)
+            if value is not None:
+                return str(value)
+        return None
 
     @property
     def faults(self) -> list[tuple[str, str]]:
@@ -194,6 +203,9 @@ class TaskTrace:
                 revisions.at(started) if revisions is not None else None, server_seen=revisions is not None
             )
             touch.add(started / 1e9, attempt.request_id, attempt.effects(view, reads))
+        if touch is not None and touch.first_affected_at is not None:
+            sent = [Sent(a.span.start_unix_nano / 1e9, a.method, a.target, a.number) for a in self.attempts]
+            touch.acted_after_affected = acted_after(sent, touch.first_affected_at)
         return touch
 
     @property
