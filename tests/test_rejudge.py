@@ -88,3 +88,29 @@ def test_rejudge_needs_a_bench_run(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="did not keep what a re-judge needs"):
         rejudge_run(tmp_path)
     assert session_dirs(tmp_path) == []
+
+
+def test_the_report_shows_exposure_per_cell(run_dir: Path) -> None:
+    report = (run_dir / "report.md").read_text()
+    section = report.split("## Exposure per cell", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith("| stale_reads | naive "))
+    assert "stale-read " in row and "stale-read 0" not in row
+
+
+def test_a_rule_that_never_fired_in_a_cell_is_warned_about(tmp_path: Path) -> None:
+    from mcpfault.analysis.records import TaskRecord
+    from mcpfault.harness.exposure import exposure_section
+
+    session = tmp_path / "sessions" / "two-rules" / "naive" / "s000"
+    session.mkdir(parents=True)
+    (session / "profile.toml").write_text(
+        'name = "two-rules"\n\n[[faults]]\nname = "often"\ntype = "timeout"\n\n'
+        '[[faults]]\nname = "never"\ntype = "error"\ntools = ["no-such-tool"]\n'
+    )
+    (session / "session.json").write_text(json.dumps({"profile_name": "two-rules", "agent": "naive"}))
+    event = {"request_id": 3, "method": "tools/call", "rule": "often", "fault_type": "timeout", "fault_mode": "drop"}
+    (session / "events.jsonl").write_text(json.dumps(event) + "\n")
+    record = TaskRecord("two-rules", "naive", 0, 0, "site_triage", "failed_detected", ("timeout",))
+    lines = exposure_section([record], tmp_path / "sessions")
+    assert "- two-rules / naive: `never` fired 0 times" in lines
+    assert any("often 1, never 0" in line for line in lines)

@@ -583,7 +583,7 @@ def _rejudge(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in before.broken),
         trials=before.trials,
     )
-    report = write_report(result.records, out, meta, before.servers)
+    report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
     print_summary(result.records, _console())
     for line in describe(result, run_dir):
         print(line)
