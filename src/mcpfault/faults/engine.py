@@ -81,12 +81,14 @@ class Decision:
         """Run ``data`` (the server's response, or the reply) through every response step."""
         delay_s = 0.0
         current: bytes | None = data
+        fields: tuple[str, ...] = ()
         for step in self.steps:
             if current is None:
                 break
             delivered = step(current)
             current, delay_s = delivered.data, delay_s + delivered.delay_s
-        return Delivery(current, delay_s)
+            fields += delivered.fields
+        return Delivery(current, delay_s, fields)
 
 
 PASS = Decision()

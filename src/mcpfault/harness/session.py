@@ -50,7 +50,7 @@ from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.http_client import HttpClient, listen_command
-from mcpfault.mock.world import World
+from mcpfault.mock.world import FIELDS_CHANGED_BY, World
 from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
@@ -455,7 +455,8 @@ def judge_session(
     touches = by_request
     if spans is not None:
         renamed = drift_renames(plan.profile)
-        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed) for r in runs}
+        changed_by = FIELDS_CHANGED_BY if plan.server_command is None else {}  # only the bundled mock's are known
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed, changed_by) for r in runs}
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []

@@ -103,6 +103,7 @@ class Finished(NamedTuple):
     protocol_version: str | None
     added_s: float | None  # the proxy's own handling time, both ways; None when it means nothing (exit, cancel)
     generation: int | None = None  # the server's restarts before the request arrived; None: not supervised
+    fields: tuple[str, ...] = ()  # the result fields a corruption changed (Delivery.fields)
 
 
 class RequestObserver(Protocol):
@@ -979,6 +980,7 @@ class ProxyCore:
                 self.era.protocol_version,
                 added_s,
                 self.generation,
+                delivery.fields,
             )
             for observer, token in zip(self._observers, pending.tokens, strict=False):
                 observer.finished(token, outcome)
@@ -1006,6 +1008,8 @@ class ProxyCore:
             record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
         if error_code is not None:
             record["error_code"] = error_code
+        if delivery.fields:
+            record["fields"] = list(delivery.fields)
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
         if hold and delay_s > 0 and delivery.data is not None and call.request_id is not None:
