@@ -104,10 +104,19 @@ def run(workflow: str, answer: object, failure: str | None = None) -> TaskRun:
     )
 
 
-def verdict(task_run: TaskRun, expected: object = None, state: dict | None = None, touched: bool = False):
+def verdict(
+    task_run: TaskRun, expected: object = None, state: dict | None = None, touched: bool = False, acted: bool = True
+):
     from mcpfault.analysis.join import Touch
 
-    touch = Touch(["timeout"], ["timeout:drop"], 11.0, affected_types=["timeout"], first_affected_at=11.0)
+    touch = Touch(
+        ["timeout"],
+        ["timeout:drop"],
+        11.0,
+        affected_types=["timeout"],
+        first_affected_at=11.0,
+        acted_after_affected=acted,
+    )
     return judge(task_run, expected, state or {}, touch if touched else None, profile="p", agent="a", session=0)
 
 
@@ -118,6 +127,10 @@ def test_judge_reads() -> None:
     silent = verdict(run("site_triage", []), ["a"], touched=True)
     assert silent.outcome == "failed_silent" and "expected ['a']" in silent.detail
     assert verdict(run("site_triage", None, failure="timeout"), ["a"]).outcome == "failed_detected"
+    # Right, and a fault affected it, but the agent did nothing after it: absorbed, not recovered.
+    absorbed = verdict(run("site_triage", ["a"]), ["a"], touched=True, acted=False)
+    assert absorbed.outcome == "success" and absorbed.absorbed and absorbed.recovery_s is None
+    assert recovered.answer == ["a"] and recovered.expected == ["a"]
 
 
 def test_judge_incidents_counts_duplicates() -> None:
@@ -132,12 +145,49 @@ def test_judge_incidents_counts_duplicates() -> None:
     assert verdict(run("open_incident", {"incident_id": "INC-1"}), state=one).outcome == "success"
     duplicate = verdict(run("open_incident", {"incident_id": "INC-2"}), state=two, touched=True)
     assert duplicate.outcome == "failed_silent" and duplicate.duplicates == 1
-    detected = verdict(run("open_incident", None, failure="timeout"), state=two)
-    assert detected.outcome == "failed_detected" and detected.duplicates == 1
+    # A raise does not outrank the damage it left: the duplicates make it silent (analysis.judge).
+    raised = verdict(run("open_incident", None, failure="timeout"), state=two)
+    assert raised.outcome == "failed_silent" and raised.duplicates == 1 and raised.failure == "duplicate_write"
+    assert "timeout" in raised.detail
+    # Raised, and its one incident was created: a write the agent said failed.
+    denied = verdict(run("open_incident", None, failure="timeout"), state=one)
+    assert denied.outcome == "failed_silent" and denied.failure == "write_denied"
+    assert denied.expected == {"incident_id": "INC-1"}
+    # Raised and nothing reached the server: detected.
+    none = verdict(run("open_incident", None, failure="timeout"), state={"incidents": []})
+    assert none.outcome == "failed_detected" and none.failure == "timeout"
 
 
 def test_judge_read_after_write() -> None:
     applied = {"write_log": [{"op": "set_maintenance", "arguments": {"reason": "planned work task-0-4"}}]}
     assert verdict(run("maintenance_roundtrip", {"confirmed": True}), state=applied).outcome == "success"
     stale = verdict(run("maintenance_roundtrip", {"confirmed": False}), state=applied, touched=True)
-    assert stale.outcome == "failed_silent" and "was applied" in stale.detail
+    assert stale.outcome == "failed_silent" and "was applied" in stale.detail and stale.failure == "write_denied"
+
+
+def test_judge_write_goal_not_achieved() -> None:
+    """The ``{"confirmed": false}`` hole: an answer that admits no write is not a success."""
+    for workflow, answer in (
+        ("maintenance_roundtrip", {"confirmed": False}),
+        ("config_audit", {"window_opened": False, "compliant": True, "briefed": True}),
+    ):
+        expected = {"compliant": True, "briefed": True} if workflow == "config_audit" else {"confirmed": True}
+        admitted = verdict(run(workflow, answer), expected, state={"write_log": []})
+        assert (admitted.outcome, admitted.failure) == ("failed_detected", "goal_not_achieved"), workflow
+        claimed = {"confirmed": True} if workflow == "maintenance_roundtrip" else {**answer, "window_opened": True}
+        lied = verdict(run(workflow, claimed), expected, state={"write_log": []})
+        assert (lied.outcome, lied.failure) == ("failed_silent", "goal_not_achieved"), workflow
+        raised = verdict(run(workflow, None, failure="timeout"), expected, state={"write_log": []})
+        assert raised.outcome == "failed_detected", workflow
+
+
+def test_acted_after_counts_retries_and_relists_only() -> None:
+    from mcpfault.analysis.join import Sent, acted_after
+
+    # config_audit's own code reads its resource twice: the second read is the task, not an action.
+    task_code = [Sent(1.0, "resources/read", "cfg://d1", 1), Sent(2.0, "tools/call", "set_maintenance", 1)]
+    task_code.append(Sent(3.0, "resources/read", "cfg://d1", 1))
+    assert not acted_after(task_code, 1.0)
+    assert acted_after([*task_code, Sent(4.0, "resources/read", "cfg://d1", 2)], 1.0)  # a retry
+    assert acted_after([*task_code, Sent(4.0, "tools/list", None, 1)], 1.0)  # a re-list
+    assert not acted_after([Sent(0.5, "tools/list", None, 1), *task_code], 1.0)  # listed before the fault

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec
 from mcpfault.harness.session import SessionPlan, run_session
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 
 WORLD = World.generate(0)
@@ -28,7 +30,24 @@ def test_which_faults_change_what_the_client_received():
     assert not affects("latency", "delay", None, ok, None)  # within the deadline
     assert affects("latency", "delay", None, failed, None)  # past it
     assert affects("timeout", "drop", None, failed, None)
-    assert affects("error", "protocol", None, ok, None) and affects("malformed", "truncate", None, ok, None)
+    # An error or a broken answer always fails the client's attempt: that is its effect.
+    assert affects("error", "protocol", None, failed, None) and affects("malformed", "truncate", None, failed, None)
+    # A value of the wrong type matters only in a field the task reads (the proxy's event names it).
+    triage_reads = TaskReads(FIELDS_READ["site_triage"])
+    listing = AttemptView(tool="list_devices", corrupted_fields=frozenset({"status"}))
+    assert not affects("malformed", "wrong_type", None, listing, triage_reads)  # triage reads no status there
+    status = AttemptView(tool="get_device_status", corrupted_fields=frozenset({"status"}))
+    assert affects("malformed", "wrong_type", None, status, triage_reads)
+    assert affects("malformed", "wrong_type", None, AttemptView(tool="list_devices"), triage_reads)  # unnamed
+    # A stale answer older than a write differs only in what that write changed.
+    changed_by = {"set_maintenance": frozenset({"maintenance", "enabled", "reason"})}
+    older = AttemptView(tool="get_device_status", as_of=2, revision=3, server_seen=True)
+    maintenance = dataclasses.replace(older, changed_ops=frozenset({"set_maintenance"}))
+    assert not affects("stale", "oldest", None, maintenance, TaskReads(FIELDS_READ["site_triage"], {}, changed_by))
+    roundtrip = TaskReads(FIELDS_READ["maintenance_roundtrip"], {}, changed_by)
+    assert affects("stale", "oldest", None, maintenance, roundtrip)
+    unknown_op = dataclasses.replace(older, changed_ops=frozenset({"reboot"}))
+    assert affects("stale", "oldest", None, unknown_op, TaskReads(FIELDS_READ["site_triage"], {}, changed_by))
     fresh = AttemptView(as_of=3, revision=3, server_seen=True)
     assert not affects("stale", "oldest", None, fresh, None)
     assert affects("stale", "oldest", None, AttemptView(as_of=2, revision=3, server_seen=True), None)
@@ -165,3 +184,24 @@ def test_fields_read_lists_exactly_what_each_workflows_code_reads():
         for spec in plan_tasks(world, 8, 0, workflows=(workflow,)):
             anyio.run(run_task, Tools(seen), spec)
         assert {tool: frozenset(keys) for tool, keys in seen.items() if keys} == FIELDS_READ[workflow], workflow
+
+
+@pytest.mark.slow
+def test_a_wrong_type_in_a_field_the_task_never_reads_has_no_effect(tmp_path: Path):
+    """Real proxy and mock: the proxy's event names the field it corrupted, and the judge compares it
+    with what site_triage reads of list_devices (devices, device_id)."""
+    profile = write_profile(
+        tmp_path, '[[faults]]\ntype = "malformed"\nmodes = ["wrong_type"]\ntools = ["list_devices"]\n'
+    )
+    specs = [TaskSpec(i, "site_triage", site, f"task-w-{i}") for i, site in enumerate(WORLD.site_ids()[:6])]
+    records = session(tmp_path, profile, "naive", specs)
+    events = [e for e in read_jsonl(tmp_path / "naive" / "events.jsonl") if e.get("fault_type") == "malformed"]
+    corrupted = [frozenset(e["fields"]) for e in events]
+    assert len(corrupted) == len(records) == len(specs)
+    read = FIELDS_READ["site_triage"]["list_devices"]
+    for record, fields in zip(records, corrupted, strict=True):
+        assert record.fault_types == ("malformed",)
+        assert bool(record.affected_types) == bool(fields & read), (record, fields)
+        if not fields & read:
+            assert record.outcome == "success" and record.touched_no_effect
+    assert any(not fields & read for fields in corrupted)  # the seed corrupts some field triage never reads

@@ -5,10 +5,14 @@ received something other than what it would have without the fault:
 
 - a lost response (timeout) or a delay past the client's deadline (latency): the client got nothing
   in time, which its attempt records as a failure; a delay within the deadline changed nothing;
-- an error or a corrupted answer (error, malformed): always;
-- a stale answer: when it differs from the fresh one, i.e. the server's state changed since the
-  replayed answer was computed (the mock stamps every answer with the revision it was computed at,
-  ``as_of``, and every write's span event carries the revision after it);
+- an error (error): when the client's attempt failed, which an error answer always makes it;
+- a stale answer: when it differs from the fresh one in something the task reads, i.e. the server's
+  state changed since the replayed answer was computed (the mock stamps every answer with the
+  revision it was computed at, ``as_of``, and every write's span event carries the revision after it
+  and its op) and a write since then changed a field the task's code reads of that tool (the fields
+  each write op changes are the server's to say: ``TaskReads.changed_by``);
+- a corrupted answer (malformed): when the client's attempt failed, or a field the corruption changed
+  (the proxy's event names it) is one the task reads;
 - a schema drift: a call rejected for its old argument names; a result with renamed fields that the
   task's code reads. A call the proxy translated to the server's names (``rename_args``) reached the
   server as the client meant it, and its answer came back unchanged.
@@ -35,6 +39,10 @@ class AttemptView:
     as_of: int | None = None  # the revision the answer was computed at, when it carried one
     revision: int | None = None  # the server's revision when the request was sent; None: no write yet
     server_seen: bool = False  # whether the server's spans are known (None above then means "no write yet")
+    # The ops of the server's writes after ``as_of`` up to ``revision`` (None: not known).
+    changed_ops: frozenset[str] | None = None
+    # The result fields a corruption changed (the proxy's malformed event names them; None: not known).
+    corrupted_fields: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,7 @@ class TaskReads:
 
     fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # tool -> result fields the code reads
     renamed_fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # drift rule -> old field names
+    changed_by: Mapping[str, frozenset[str]] = field(default_factory=dict)  # write op -> result fields it changes
 
 
 def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, reads: TaskReads | None) -> bool:
@@ -57,7 +66,13 @@ def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, 
             return True  # no revision to compare: cannot show the replay was the fresh answer
         if attempt.revision is None:
             return False  # no write before it: the world is as generated, the old answer is the fresh one
-        return attempt.as_of != attempt.revision
+        if attempt.as_of == attempt.revision:
+            return False
+        return _reads_any(attempt, reads, _changed_fields(attempt.changed_ops, reads))
+    if effect == "corrupted_fields":
+        if attempt.failed:
+            return True
+        return _reads_any(attempt, reads, attempt.corrupted_fields)
     if effect == "renamed_fields":
         if attempt.failed:
             return True  # rejected for its old argument names, or the answer broke the client
@@ -68,6 +83,26 @@ def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, 
             return True
         return bool(renamed & reads.fields.get(attempt.tool, frozenset()))
     return True
+
+
+def _changed_fields(ops: frozenset[str] | None, reads: TaskReads | None) -> frozenset[str] | None:
+    """The result fields the writes ``ops`` changed; None when some op's fields are not known."""
+    if ops is None or reads is None or not ops:
+        return None
+    changed: set[str] = set()
+    for op in ops:
+        fields = reads.changed_by.get(op)
+        if fields is None:
+            return None
+        changed |= fields
+    return frozenset(changed)
+
+
+def _reads_any(attempt: AttemptView, reads: TaskReads | None, fields: frozenset[str] | None) -> bool:
+    """Whether the task's code reads one of ``fields`` of the attempt's tool; True when in doubt."""
+    if fields is None or reads is None or attempt.tool is None or attempt.tool not in reads.fields:
+        return True
+    return bool(fields & reads.fields[attempt.tool])
 
 
 def effect_of(fault_type: str) -> Effect:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcpfault.analysis.effects import AttemptView, affects
 
@@ -27,6 +27,9 @@ class Touch:
     ended_at: float | None = None
     affected_types: list[str] = field(default_factory=list)  # the types that changed an answer (analysis.effects)
     first_affected_at: float | None = None  # start of the first attempt a fault affected (first_fault_at's clock)
+    # Whether the agent acted after the first affecting fault (a retry, a re-read, a re-list): what
+    # makes a right answer "recovered" rather than a fault absorbed (see ``acted_after``).
+    acted_after_affected: bool = False
 
     def add(self, started: float, request: Any, faults: Iterable[tuple[str, str, bool]]) -> None:
         """One attempt's faults, as (type, mode, whether it affected the answer), in the order applied."""
@@ -41,6 +44,26 @@ class Touch:
                     self.first_affected_at = started
                 if fault_type not in self.affected_types:
                     self.affected_types.append(fault_type)
+
+
+class Sent(NamedTuple):
+    """One request of a task as the client sent it, for ``acted_after``."""
+
+    started: float
+    method: str
+    target: str | None  # the tool, resource or prompt it names
+    number: int  # which try of the agent's logical call
+
+
+def acted_after(sent: Iterable[Sent], since: float) -> bool:
+    """Whether the agent acted after ``since`` (the first affecting fault): a later request that is a
+    retry or a re-read (a try beyond the first of a logical call: the policies re-send a read whose
+    answer was stale or broken, and a write whose answer was lost) or a re-list (``tools/list``, how
+    an agent reconciles with a changed server). Carrying on with the next step of the task, as a
+    naive agent does, is no action: whatever the fault changed was absorbed. A request the task's
+    own code sends twice (config_audit reads its resource before and after the write) is no action
+    either: the first try of each, which the code would have sent without any fault."""
+    return any(request.started > since and (request.number > 1 or request.method == "tools/list") for request in sent)
 
 
 def faults_by_request(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tuple[str, str]]]:
@@ -60,7 +83,17 @@ def touches_by_task(
 ) -> dict[int, Touch]:
     """Task index -> the faults its attempts met, in the order they were sent."""
     touches: dict[int, Touch] = {}
+    sent: dict[int, list[Sent]] = {}
     for attempt in sorted(attempts, key=lambda a: a["started"]):
+        if attempt.get("task") is not None:
+            sent.setdefault(attempt["task"], []).append(
+                Sent(
+                    float(attempt["started"]),
+                    str(attempt.get("method")),
+                    attempt.get("tool"),
+                    int(attempt.get("attempt", 1)),
+                )
+            )
         task = attempt.get("task")
         applied = faults.get(attempt["request_id"])
         if task is None or not applied:
@@ -70,6 +103,9 @@ def touches_by_task(
         view = AttemptView(tool=attempt.get("tool"), failed=attempt.get("outcome") != "ok")
         effects = [(t, m, affects(t, m, None, view, None)) for t, m in applied]
         touches.setdefault(task, Touch()).add(attempt["started"], attempt["request_id"], effects)
+    for task, touch in touches.items():
+        if touch.first_affected_at is not None:
+            touch.acted_after_affected = acted_after(sent.get(task, ()), touch.first_affected_at)
     return touches
 
 

@@ -1,11 +1,28 @@
 """Judge each task: success, recovered, failed_detected or failed_silent.
 
-- failed_detected: the agent raised (it knows it failed).
-- failed_silent: it returned, but the answer is wrong, or the server's state is wrong (a duplicate
-  incident, a write that the answer denies).
-- recovered: right, and at least one injected fault changed what its client received (affected it).
-- success: right, and no fault affected it; ``touched_no_effect`` when faults reached it without effect
-  (a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated).
+Outcomes come from the world (the server's final state and the ground truth), not from the agent's
+mood: what the agent said about its task counts only where the world agrees.
+
+- failed_silent: the task left the server wrong, or the agent's answer is wrong. The server is wrong
+  when the task left a duplicate (a write applied twice) or a write the agent said failed (it raised,
+  or answered that it was not applied, and the server has it). Such a task is silent **even when the
+  agent raised**: the raise told its caller "nothing happened", the server says otherwise, and a caller
+  that trusts the raise retries and duplicates again or reports a change as not made. We chose this
+  over a fifth class (``failed_detected_with_damage``) because the README's definition already counts
+  state damage as silent, and a fifth headline column would split the one number the bench exists to
+  show (failures nobody noticed) into two that a reader has to add up. The record's ``failure`` and
+  ``detail`` still say what the agent raised, so nothing is lost.
+- failed_detected: the agent knows it failed and the server holds no damage from it: it raised, or
+  a write task answered that its write was not applied and indeed it was not (``goal_not_achieved``).
+- recovered: right, a fault affected it, and the agent acted after that fault (a retry, a re-list):
+  the right answer is the agent's doing.
+- success: right, and no fault affected it, or one did and the agent took no action after it (the
+  fault's change was absorbed, ``absorbed``); ``touched_no_effect`` when faults reached it without
+  effect (a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated).
+
+Write tasks are judged on whether their goal was achieved: ``maintenance_roundtrip`` and
+``config_audit`` succeed only when the maintenance write reached the server and the answer says so;
+``open_incident`` only when exactly one incident exists and the answer names it.
 """
 
 from __future__ import annotations
@@ -36,11 +53,24 @@ class TaskRun:
     calls: int = 0
 
 
+# The judge's failure classes (the record's ``failure`` when the agent raised none, or when the world
+# outranks what it raised).
+WRONG_ANSWER = "wrong_answer"  # it returned an answer the ground truth contradicts
+DUPLICATE_WRITE = "duplicate_write"  # its write was applied more than once
+WRITE_DENIED = "write_denied"  # its write was applied, but it raised or answered that it was not
+GOAL_NOT_ACHIEVED = "goal_not_achieved"  # its write never reached the server (it said so, or raised)
+WRITE_WORKFLOWS = frozenset({"open_incident", "maintenance_roundtrip", "config_audit"})
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     correct: bool
     duplicates: int = 0
     why: str = ""
+    # The server is wrong after the task (a duplicate, a write the agent denied): never failed_detected.
+    damage: str | None = None  # the failure class of that damage
+    # For a write task: whether its write reached the server (None: a read task).
+    applied: bool | None = None
 
 
 def mentions(text: str, tag: str) -> bool:
@@ -49,30 +79,63 @@ def mentions(text: str, tag: str) -> bool:
 
 
 def check_answer(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Verdict:
-    """Is the agent's answer right, and did it leave the server in the right state?"""
+    """Is the agent's answer right, and did it leave the server in the right state?
+
+    A write task is judged on its goal: the write reached the server exactly once, and the answer says
+    so. An agent that raised is judged on the state alone (its answer is None).
+    """
+    raised = run.failure is not None
     if run.workflow == "open_incident":
         mine = [i for i in state.get("incidents", []) if mentions(str(i.get("summary", "")), run.tag)]
         duplicates = max(0, len(mine) - 1)
-        if len(mine) != 1:
-            return Verdict(False, duplicates, f"{len(mine)} incidents on the server for this task")
+        if duplicates:
+            why = f"{len(mine)} incidents on the server for this task"
+            return Verdict(False, duplicates, why, damage=DUPLICATE_WRITE, applied=True)
+        if not mine:
+            return Verdict(False, 0, "no incident on the server for this task", applied=False)
+        if raised:
+            why = f"raised, but the server has incident {mine[0].get('incident_id')!r}"
+            return Verdict(False, 0, why, damage=WRITE_DENIED, applied=True)
         answered = run.answer.get("incident_id") if isinstance(run.answer, dict) else None
         if answered != mine[0].get("incident_id"):
-            return Verdict(False, duplicates, f"answered {answered!r}, the server has {mine[0].get('incident_id')!r}")
-        return Verdict(True)
-    if run.workflow == "maintenance_roundtrip":
+            why = f"answered {answered!r}, the server has {mine[0].get('incident_id')!r}"
+            return Verdict(False, duplicates, why, damage=WRITE_DENIED if answered is None else None, applied=True)
+        return Verdict(True, applied=True)
+    if run.workflow in ("maintenance_roundtrip", "config_audit"):
         applied = _maintenance_applied(state, run.tag)
-        if run.answer != {"confirmed": applied}:
-            return Verdict(False, 0, f"answered {run.answer!r}, the write {'was' if applied else 'was not'} applied")
-        return Verdict(True)
-    if run.workflow == "config_audit":
-        # The audit window is the write: the answer must say what the server did, and the rest what is true.
-        wanted = {"window_opened": _maintenance_applied(state, run.tag), **(expected or {})}
+        if raised:
+            why = "raised, but its maintenance write was applied"
+            return (
+                Verdict(False, 0, why, damage=WRITE_DENIED, applied=True) if applied else Verdict(False, applied=False)
+            )
+        if run.workflow == "maintenance_roundtrip":
+            wanted: Any = {"confirmed": True}
+            said_applied = run.answer.get("confirmed") if isinstance(run.answer, dict) else None
+        else:
+            # The audit window is the write: the answer must say what the server did, and the rest what is true.
+            wanted = {"window_opened": True, **(expected or {})}
+            said_applied = run.answer.get("window_opened") if isinstance(run.answer, dict) else None
+        if not applied:
+            # The goal was not achieved, whatever the answer says; "confirmed: false" is no success.
+            why = f"answered {run.answer!r}, and the maintenance write never reached the server"
+            return Verdict(False, 0, why, applied=False)
         if run.answer != wanted:
-            return Verdict(False, 0, f"answered {run.answer!r}, expected {wanted!r}")
-        return Verdict(True)
+            why = f"answered {run.answer!r}, expected {wanted!r} (the write was applied)"
+            return Verdict(False, 0, why, damage=WRITE_DENIED if said_applied is False else None, applied=True)
+        return Verdict(True, applied=True)
+    if raised:
+        return Verdict(False)
     if run.answer != expected:
         return Verdict(False, 0, f"answered {run.answer!r}, expected {expected!r}")
     return Verdict(True)
+
+
+def _admits_not_applied(run: TaskRun) -> bool:
+    """A write task's answer that says its write was not applied (an honest report of failure)."""
+    if not isinstance(run.answer, dict):
+        return False
+    key = {"maintenance_roundtrip": "confirmed", "config_audit": "window_opened"}.get(run.workflow)
+    return key is not None and run.answer.get(key) is False
 
 
 def _maintenance_applied(state: Mapping[str, Any], tag: str) -> bool:
@@ -81,6 +144,23 @@ def _maintenance_applied(state: Mapping[str, Any], tag: str) -> bool:
         w.get("op") == "set_maintenance" and mentions(str((w.get("arguments") or {}).get("reason", "")), tag)
         for w in state.get("write_log", [])
     )
+
+
+def classify(run: TaskRun, verdict: Verdict, touch: Touch | None) -> tuple[Outcome, str | None, str, bool]:
+    """(outcome, failure class, detail, absorbed) of one task, from its verdict and the faults that reached it."""
+    if verdict.damage is not None:
+        detail = verdict.why if run.failure is None else f"{verdict.why} ({run.failure}: {run.detail})"
+        return "failed_silent", verdict.damage, detail, False
+    if run.failure is not None:
+        return "failed_detected", run.failure, run.detail, False
+    if not verdict.correct:
+        if verdict.applied is False and _admits_not_applied(run):
+            return "failed_detected", GOAL_NOT_ACHIEVED, verdict.why, False
+        return "failed_silent", WRONG_ANSWER if verdict.applied is None else GOAL_NOT_ACHIEVED, verdict.why, False
+    affected = touch is not None and bool(touch.affected_types)
+    if affected and touch is not None and touch.acted_after_affected:
+        return "recovered", None, "", False
+    return "success", None, "", affected
 
 
 def judge(
@@ -106,13 +186,7 @@ def judge(
     verdict = check_answer(run, expected, state)
     touched = touch is not None and bool(touch.fault_types)
     affected = touch is not None and bool(touch.affected_types)
-    outcome: Outcome
-    if run.failure is not None:
-        outcome, detail = "failed_detected", run.detail
-    elif not verdict.correct:
-        outcome, detail = "failed_silent", verdict.why
-    else:
-        outcome, detail = ("recovered" if affected else "success"), ""
+    outcome, failure, detail, absorbed = classify(run, verdict, touch)
     recovery_s = None
     if outcome == "recovered" and touch is not None and touch.first_affected_at is not None:
         ended = touch.ended_at if touch.ended_at is not None else run.finished
@@ -133,7 +207,23 @@ def judge(
         duplicates=verdict.duplicates if duplicates is None else duplicates,
         recovery_s=recovery_s,
         duration_s=round(run.finished - run.started, 6),
-        failure=run.failure,
+        failure=failure,
         detail=detail,
         trace_id=trace_id,
+        answer=run.answer,
+        expected=_expected_of(run, expected, state),
+        absorbed=absorbed,
     )
+
+
+def _expected_of(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Any:
+    """The ground truth a record carries: for a write task, what a right answer says (its state is on
+    the server, which a re-judge reads again): for open_incident the id of the task's one incident."""
+    if run.workflow == "open_incident":
+        mine = [i for i in state.get("incidents", []) if mentions(str(i.get("summary", "")), run.tag)]
+        return {"incident_id": mine[0].get("incident_id")} if len(mine) == 1 else None
+    if run.workflow == "maintenance_roundtrip":
+        return {"confirmed": True}
+    if run.workflow == "config_audit":
+        return {"window_opened": True, **(expected or {})}
+    return expected

@@ -37,7 +37,7 @@ class TaskRecord:
     duplicates: int = 0
     recovery_s: float | None = None
     duration_s: float = 0.0
-    failure: str | None = None  # the failure class that ended a failed_detected task
+    failure: str | None = None  # the failure class of a failed task (what the agent raised, or the judge's class)
     detail: str = ""
     fault_modes: tuple[str, ...] = field(default=())  # "type:mode" for each injection that touched it
     trace_id: str | None = None  # hex id of the task's own trace (in older runs: its session's), when traced
@@ -51,6 +51,11 @@ class TaskRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None  # estimated from the price table; None for a model without a price
+    answer: Any = None  # the agent's final answer (JSON), None when it raised: what a re-judge reads
+    expected: Any = None  # the ground-truth answer the judge compared it with
+    # A fault affected it and the answer was right, but the agent took no action after it (no retry,
+    # re-read or re-list): the fault was absorbed, not recovered from (a success).
+    absorbed: bool = False
 
     @property
     def row(self) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Final
 from opentelemetry.trace import SpanKind
 
 from mcpfault.analysis.effects import AttemptView, TaskReads, affects, effect_of
-from mcpfault.analysis.join import Touch
+from mcpfault.analysis.join import Sent, Touch, acted_after
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
@@ -82,6 +82,15 @@ class AttemptTrace:
         return value if isinstance(value, int) else 1
 
     @property
+    def target(self) -> str | None:
+        """The tool, resource or prompt the request names (None for a list)."""
+        for key in (names.GEN_AI_TOOL_NAME, names.MCP_RESOURCE_URI, names.GEN_AI_PROMPT_NAME):
+            value = self.span.attributes.get(key)
+            if value is not None:
+                return str(value)
+        return None
+
+    @property
     def faults(self) -> list[tuple[str, str]]:
         """(type, mode) of every fault the proxy applied to this request, in the order it applied them."""
         return [fault for proxy in self.proxy for fault in proxy_faults(proxy)]
@@ -101,16 +110,33 @@ class AttemptTrace:
             if event.name == names.EVENT_DRIFT
         ]
 
-    def view(self, revision: int | None, server_seen: bool) -> AttemptView:
+    @property
+    def corrupted_fields(self) -> frozenset[str] | None:
+        """The result fields a corruption changed, as the proxy's events name them (None: none named)."""
+        found = [
+            event.attributes[names.FAULT_FIELDS]
+            for proxy in self.proxy
+            for event in proxy.events
+            if names.FAULT_FIELDS in event.attributes
+        ]
+        if not found:
+            return None
+        return frozenset(str(f) for fields in found for f in (fields if isinstance(fields, tuple) else (fields,)))
+
+    def view(self, revision: int | None, server_seen: bool, revisions: Revisions | None = None) -> AttemptView:
         """What decides whether its faults affected it; ``revision``: the server's when it was sent."""
         as_of = self.span.attributes.get(span_names.RESULT_AS_OF)
         tool = self.span.attributes.get(names.GEN_AI_TOOL_NAME)
+        as_of = as_of if isinstance(as_of, int) else None
+        changed = revisions.ops_between(as_of, revision) if revisions is not None and as_of is not None else None
         return AttemptView(
             tool=str(tool) if tool is not None else None,
             failed=self.failed,
-            as_of=as_of if isinstance(as_of, int) else None,
+            as_of=as_of,
             revision=revision,
             server_seen=server_seen,
+            changed_ops=changed,
+            corrupted_fields=self.corrupted_fields,
         )
 
     def effects(self, view: AttemptView, reads: TaskReads | None) -> list[tuple[str, str, bool]]:
@@ -191,9 +217,14 @@ class TaskTrace:
                 touch = Touch(ended_at=self.span.end_unix_nano / 1e9)
             started = attempt.span.start_unix_nano
             view = attempt.view(
-                revisions.at(started) if revisions is not None else None, server_seen=revisions is not None
+                revisions.at(started) if revisions is not None else None,
+                server_seen=revisions is not None,
+                revisions=revisions,
             )
             touch.add(started / 1e9, attempt.request_id, attempt.effects(view, reads))
+        if touch is not None and touch.first_affected_at is not None:
+            sent = [Sent(a.span.start_unix_nano / 1e9, a.method, a.target, a.number) for a in self.attempts]
+            touch.acted_after_affected = acted_after(sent, touch.first_affected_at)
         return touch
 
     @property
@@ -210,21 +241,36 @@ class Revisions:
     """The server's revision over time, from the writes its spans record (a stale answer's yardstick)."""
 
     writes: tuple[tuple[int, int], ...] = ()  # (server span start, Unix ns; revision after the write), by time
+    ops: Mapping[int, str] = field(default_factory=dict)  # revision after a write -> its op
 
     @staticmethod
     def of(server: Iterable[SpanView]) -> Revisions:
         found = []
+        ops = {}
         for span in server:
             for event in span.events:
                 revision = event.attributes.get(span_names.STATE_REVISION)
                 if event.name == span_names.EVENT_STATE_CHANGE and isinstance(revision, int):
                     found.append((span.start_unix_nano, revision))
-        return Revisions(tuple(sorted(found)))
+                    ops[revision] = str(event.attributes.get(span_names.STATE_OP, ""))
+        return Revisions(tuple(sorted(found)), ops)
 
     def at(self, unix_nano: int) -> int | None:
         """The revision of the last write the server began before ``unix_nano``; None: no write yet."""
         before = [revision for started, revision in self.writes if started < unix_nano]
         return max(before) if before else None
+
+    def ops_between(self, as_of: int, revision: int | None) -> frozenset[str] | None:
+        """The ops of the writes after revision ``as_of`` up to ``revision``; None when one is not known."""
+        if revision is None:
+            return frozenset()
+        found = set()
+        for number in range(as_of + 1, revision + 1):
+            op = self.ops.get(number)
+            if op is None or not op:
+                return None  # a revision with no write event: something changed that the spans do not say
+            found.add(op)
+        return frozenset(found)
 
 
 def proxy_faults(span: SpanView) -> list[tuple[str, str]]:

@@ -104,14 +104,18 @@ def add_parsers(commands: Any) -> None:
 
     report = commands.add_parser(
         "report",
-        help="merge the results of bench shards into one report, or write report.html for a run",
+        help="merge bench shards into one report, judge a run again, or write report.html for a run",
         description="--merge: read records.jsonl (and bench.json) from each bench output directory given, check "
         "that they are disjoint slices of one matrix, and write one records.jsonl, report.md, report.html and "
-        "charts. --html RUN_DIR: write RUN_DIR/report.html for an existing run, bench or experiment (exit 2 for a "
-        "directory that is none of them).",
+        "charts. --rejudge: judge every session of a bench run again with the current judge, from the evidence "
+        "its session directories keep (answers, attempts, events, spans, the server's state), and write the new "
+        "records.jsonl, report.md and charts; it prints which outcomes changed. Exit 1 when some session "
+        "could not be judged again (its old records are kept). --html RUN_DIR: write RUN_DIR/report.html for an "
+        "existing run, bench or experiment (exit 2 for a directory that is none of them).",
     )
     which = report.add_mutually_exclusive_group(required=True)
     which.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="bench output directories")
+    which.add_argument("--rejudge", type=Path, metavar="RUN_DIR", help="a bench output directory to judge again")
     which.add_argument(
         "--html", type=Path, metavar="RUN_DIR", help="write report.html for this run's, bench's or experiment's --out"
     )
@@ -552,6 +556,8 @@ def _report(args: argparse.Namespace) -> int:
     from mcpfault.harness.bench import SERVER_ACCOUNTS, merge_results
     from mcpfault.harness.report import ReportMeta, print_summary, write_report
 
+    if args.rejudge is not None:
+        return _rejudge(args)
     merged = merge_results(args.merge, allow_partial=args.allow_partial)
     out = _output_dir(args.out, "merged")
     incomplete = ""
@@ -578,3 +584,35 @@ def _report(args: argparse.Namespace) -> int:
     print_summary(merged.records, _console())
     print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
     return EXIT_OK
+
+
+def _rejudge(args: argparse.Namespace) -> int:
+    import shlex
+
+    from mcpfault.analysis.records import write_records
+    from mcpfault.harness.bench import merge_results
+    from mcpfault.harness.rejudge import describe, rejudge_run
+    from mcpfault.harness.report import ReportMeta, print_summary, write_report
+
+    run_dir: Path = args.rejudge
+    result = rejudge_run(run_dir)
+    before = merge_results([run_dir], allow_partial=True)  # the run's own meta: seed, cells, wall time
+    out = _output_dir(args.out, "rejudged")
+    write_records(out / "records.jsonl", result.records)
+    meta = ReportMeta(
+        command=shlex.join(["mcpfault", *sys.argv[1:]]),
+        seed=before.seed,
+        tasks_per_cell=before.tasks_per_cell,
+        wall_s=before.wall_s,
+        jobs=before.jobs,
+        started_at=before.started_at,
+        machine=f"re-judged from {run_dir}",
+        broken=tuple((b.profile, b.agent, b.session, b.error) for b in before.broken),
+        trials=before.trials,
+    )
+    report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
+    print_summary(result.records, _console())
+    for line in describe(result, run_dir):
+        print(line)
+    print(f"report: {report}")
+    return EXIT_CHECK_FAILED if result.unjudgeable else EXIT_OK

@@ -82,10 +82,12 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What reaches the client for one response: ``data`` (None when lost) after ``delay_s``."""
+    """What reaches the client for one response: ``data`` (None when lost) after ``delay_s``;
+    ``fields``: the result fields a corruption changed (what the judge compares with what a task reads)."""
 
     data: bytes | None
     delay_s: float = 0.0
+    fields: tuple[str, ...] = ()
 
 
 # A step turns the bytes of a response into what is delivered instead. Steps chain.
@@ -245,10 +247,17 @@ class PlanContext:
 
 
 # How the analysis (analysis/effects.py) tells whether one application of a fault changed what the
-# client received: "always"; "failure", only when the client's attempt failed (a delay inside its
-# deadline changed nothing); "revision", when the replayed answer's revision is not the server's;
-# "renamed_fields", when the call failed or a renamed field is one the task reads.
-Effect = Literal["always", "failure", "revision", "renamed_fields"]
+# client received, i.e. changed something the task's answer depends on. Each fault type declares one
+# as its class attribute ``effect`` (a new type picks the nearest, or adds a value here and its rule
+# in analysis/effects.py):
+# - "always": every application counts (when in doubt: "touched, no effect" is never a guess);
+# - "failure": only when the client's attempt failed (a delay inside its deadline changed nothing);
+# - "revision": when the replayed answer is older than the server's state and a write since then
+#   changed a field the task reads;
+# - "renamed_fields": when the call failed or a renamed field is one the task reads;
+# - "corrupted_fields": when the attempt failed or a field the corruption changed (``Delivery.fields``,
+#   which the proxy's event carries) is one the task reads.
+Effect = Literal["always", "failure", "revision", "renamed_fields", "corrupted_fields"]
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -81,12 +81,14 @@ class Decision:
         """Run ``data`` (the server's response, or the reply) through every response step."""
         delay_s = 0.0
         current: bytes | None = data
+        fields: tuple[str, ...] = ()
         for step in self.steps:
             if current is None:
                 break
             delivered = step(current)
             current, delay_s = delivered.data, delay_s + delivered.delay_s
-        return Delivery(current, delay_s)
+            fields += delivered.fields
+        return Delivery(current, delay_s, fields)
 
 
 PASS = Decision()
@@ -183,6 +185,7 @@ class Engine:
         self._tools: dict[str, Mapping[str, Any]] = {}
         self._prompts: dict[str, Mapping[str, Any]] = {}
         self._learns_tools = False
+        self._listed = False  # a complete listing of the proxy's own arrived (learn_tools)
         self._set = self._live.current
         self._seen_version = self._set.version  # changes made before this engine existed are not news to it
         self._apply(self._set)
@@ -374,6 +377,25 @@ class Engine:
         for entry in listed[:MAX_CACHED_TOOLS]:
             if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
                 into[entry["name"]] = entry
+        self._by_name.clear()  # what matches a tool may have changed with its annotations
+
+    @property
+    def learns_tools(self) -> bool:
+        """Whether some rule matches on what the server's tools/list says (annotations, schemas): the
+        proxy then lists the tools itself, whatever its client does (proxy/tool_listing.py)."""
+        if self._live.current is not self._set:
+            self._refresh()
+        return self._learns_tools
+
+    @property
+    def has_tool_listing(self) -> bool:
+        """Whether a complete listing reached ``learn_tools`` (the client's own listings do not count)."""
+        return self._listed
+
+    def learn_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """A complete listing of the server's tools (every page), which replaces what was known."""
+        self._listed = True
+        self._tools = {entry["name"]: entry for entry in tools[:MAX_CACHED_TOOLS] if isinstance(entry.get("name"), str)}
         self._by_name.clear()  # what matches a tool may have changed with its annotations
 
     def observe_response(self, call: Call, data: bytes, body: Mapping[str, Any] | None) -> None:

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from random import Random
 from typing import ClassVar, Literal
 
-from mcpfault.faults.base import READS, SERVER_REQUESTS, TOOLS_CALL, Call, FaultBase, Injection, PlanContext
+from mcpfault.faults.base import READS, SERVER_REQUESTS, TOOLS_CALL, Call, Effect, FaultBase, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
 from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Error(FaultBase):
+    # The client gets an error in place of the answer: its attempt fails, and that is the effect.
+    effect: ClassVar[Effect] = "failure"
     type_name: ClassVar[str] = "error"
     MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
     event_name: ClassVar[str] = names.EVENT_ERROR

@@ -14,6 +14,7 @@ from mcpfault.faults.base import (
     TOOLS_CALL,
     Call,
     Delivery,
+    Effect,
     FaultBase,
     Injection,
     PlanContext,
@@ -36,6 +37,8 @@ class Malformed(FaultBase):
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
     event_name: ClassVar[str] = names.EVENT_CORRUPT
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
+    # A broken answer fails the client's attempt; a value of the wrong type matters when the task reads it.
+    effect: ClassVar[Effect] = "corrupted_fields"
 
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES
@@ -44,6 +47,8 @@ class Malformed(FaultBase):
         mode = self.modes[rng.randrange(len(self.modes))]
         # Drawn now so that which byte or field is hit depends only on the request sequence.
         where = rng.random()
+        if mode == "wrong_type":
+            return Injection(mode, response=lambda data: _wrong_type(data, where))
         corrupt = _CORRUPTIONS[mode]
         return Injection(mode, response=lambda data: Delivery(corrupt(data, where)))
 
@@ -81,24 +86,31 @@ def _wrong_id(data: bytes, _where: float) -> bytes:
     return encode(body)
 
 
-def _wrong_type(data: bytes, where: float) -> bytes:
+def _wrong_type(data: bytes, where: float) -> Delivery:
+    """One value of another type; ``fields`` names the field it belongs to (the innermost key)."""
     body = load_object(data)
     if body is None or not isinstance(body.get("result"), dict):
-        return data
+        return Delivery(data)
     result = body["result"]
     structured = result.get("structuredContent")
     if isinstance(structured, dict | list) and _leaves(structured):
-        result["structuredContent"] = mutated = _mutate_leaf(structured, where)
+        mutated, path = _mutate_leaf(structured, where)
+        result["structuredContent"] = mutated
         _rewrite_text_json(result, mutated)
+        keys = [step for step in path if isinstance(step, str)]
+        fields: tuple[str, ...] = (keys[-1],) if keys else ()
     elif listed := next((key for key in _LISTS if isinstance(result.get(key), list)), None):
         # No structured result: the list the answer carries (content, a resource's contents, a prompt's
         # messages, a listing) itself becomes a string.
         result[listed] = json.dumps(result[listed])
+        fields = (listed,)
     elif isinstance(completion := result.get("completion"), dict) and isinstance(completion.get("values"), list):
         completion["values"] = json.dumps(completion["values"])
+        fields = ("values",)
     else:
         result["content"] = {"unexpected": True}
-    return encode(body)
+        fields = ("content",)
+    return Delivery(encode(body), fields=fields)
 
 
 def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -109,7 +121,8 @@ def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return [path]
 
 
-def _mutate_leaf(root: Any, where: float) -> Any:
+def _mutate_leaf(root: Any, where: float) -> tuple[Any, tuple[Any, ...]]:
+    """A copy of ``root`` with one leaf of another type, and that leaf's path."""
     paths = _leaves(root)
     path = paths[min(len(paths) - 1, int(where * len(paths)))]
     copy = json.loads(json.dumps(root))
@@ -117,7 +130,7 @@ def _mutate_leaf(root: Any, where: float) -> Any:
     for step in path[:-1]:
         parent = parent[step]
     parent[path[-1]] = _other_type(parent[path[-1]])
-    return copy
+    return copy, path
 
 
 def _other_type(value: Any) -> Any:
@@ -149,5 +162,4 @@ _CORRUPTIONS: dict[str, Callable[[bytes, float], bytes]] = {
     "not_json": _not_json,
     "missing_result": _missing_result,
     "wrong_id": _wrong_id,
-    "wrong_type": _wrong_type,
 }

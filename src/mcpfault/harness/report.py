@@ -150,9 +150,13 @@ def render_markdown(
     *,
     records: Sequence[TaskRecord] = (),
     servers: Sequence[ServerAccount] = (),
+    sessions_dir: Path | None = None,
 ) -> str:
     """The report; ``records`` (those ``summary`` came from) and ``servers`` (each session's server
-    account) give the process-fault table, left out without them."""
+    account) give the process-fault table, left out without them; ``sessions_dir`` (a bench's session
+    directories) which rule fired how often in each cell (harness/exposure.py)."""
+    from mcpfault.harness.exposure import exposure_section
+
     sections = [
         _header(summary, meta),
         _success_section(summary, meta),
@@ -160,6 +164,7 @@ def render_markdown(
         _trials_section(summary),
         _coping_section(summary),
         _counts_section(summary, meta),
+        exposure_section(records, sessions_dir),
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),
@@ -722,10 +727,15 @@ def _charts_section() -> list[str]:
 
 
 def write_report(
-    records: Sequence[TaskRecord], out_dir: Path, meta: ReportMeta, servers: Sequence[ServerAccount] = ()
+    records: Sequence[TaskRecord],
+    out_dir: Path,
+    meta: ReportMeta,
+    servers: Sequence[ServerAccount] = (),
+    sessions_dir: Path | None = None,
 ) -> Path:
     """Write out_dir/report.md and out_dir/charts/*.svg; return the report path. ``servers``: each
-    session's server account (crashes, restarts, downtime), for the process-fault table.
+    session's server account (crashes, restarts, downtime), for the process-fault table;
+    ``sessions_dir``: the session directories (default out_dir/sessions, when there is one).
 
     Raises ValueError before touching the disk when there are no records.
     """
@@ -736,7 +746,10 @@ def write_report(
     for name, svg in render_charts(summary).items():
         (charts / name).write_text(svg, encoding="utf-8", newline="\n")
     report = out_dir / "report.md"
-    report.write_text(render_markdown(summary, meta, records=records, servers=servers), encoding="utf-8", newline="\n")
+    if sessions_dir is None and (out_dir / "sessions").is_dir():
+        sessions_dir = out_dir / "sessions"
+    rendered = render_markdown(summary, meta, records=records, servers=servers, sessions_dir=sessions_dir)
+    report.write_text(rendered, encoding="utf-8", newline="\n")
     return report
 
 

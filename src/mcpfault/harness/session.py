@@ -54,7 +54,7 @@ from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.http_client import HttpClient, listen_command
-from mcpfault.mock.world import World
+from mcpfault.mock.world import FIELDS_CHANGED_BY, World
 from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
@@ -348,6 +348,7 @@ async def _run_tasks(
                 {**a.as_record(), "started": a.started} for a in client.attempts if a.method in traces.TASK_METHODS
             ]
             _write_jsonl(plan.out_dir / "attempts.jsonl", attempts)
+            write_session_inputs(plan, result.runs)
     result.wall_s = time.monotonic() - started
     spans = None
     if trace is not None:
@@ -479,7 +480,8 @@ def judge_session(
     touches = by_request
     if spans is not None:
         renamed = drift_renames(plan.profile)
-        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed) for r in runs}
+        changed_by = FIELDS_CHANGED_BY if plan.server_command is None else {}  # only the bundled mock's are known
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed, changed_by) for r in runs}
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
@@ -518,6 +520,31 @@ def judge_session(
             )
         records.append(record)
     return Judged(records, mismatches)
+
+
+RUNS_FILE = "runs.jsonl"  # what the harness saw of each task (harness/rejudge.py reads it back)
+SESSION_FILE = "session.json"  # the plan's parts the judge needs
+SESSION_PROFILE = "profile.toml"  # a copy of the profile the session ran, for drift renames
+
+
+def write_session_inputs(plan: SessionPlan, runs: Sequence[TaskRun]) -> None:
+    """Beside the spans, attempts, events and the server's state: the rest of what ``judge_session``
+    reads, so that ``mcpfault report --rejudge`` can judge the session again with the current judge."""
+    _write_jsonl(plan.out_dir / RUNS_FILE, [dataclasses.asdict(run) for run in runs])
+    with contextlib.suppress(OSError):
+        (plan.out_dir / SESSION_PROFILE).write_bytes(plan.profile.read_bytes())
+    described = {
+        "profile_name": plan.profile_name,
+        "agent": plan.agent,
+        "session": plan.session,
+        "trial": plan.trial,
+        "transport": plan.transport,
+        "world_seed": plan.world_seed,
+        "traces": plan.traces,
+        "probe": plan.probe,
+        "server_command": list(plan.server_command) if plan.server_command is not None else None,
+    }
+    (plan.out_dir / SESSION_FILE).write_text(json.dumps(described, indent=1) + "\n", encoding="utf-8")
 
 
 def _mock_write_tools() -> frozenset[str]:

@@ -243,6 +243,7 @@ class World:
         }
 
     # -- tool logic: writes --
+    # (FIELDS_CHANGED_BY below says which answer fields each write changes: keep it with them.)
 
     def set_maintenance(self, device_id: str, enabled: bool, reason: str) -> SetMaintenanceResult:
         """Idempotent: a call that leaves (enabled, reason) as they were changes nothing, revision included."""
@@ -347,3 +348,13 @@ def _as_severity(value: str) -> Severity:
         if severity == value:
             return severity
     raise InvalidArgumentError(f"severity must be one of {', '.join(SEVERITIES)}; got {value!r}.")
+
+
+# The answer fields each write op changes (of any tool's or resource's answer): what decides whether a
+# stale answer older than a write differs from the fresh one in something a task reads (analysis.effects).
+FIELDS_CHANGED_BY: dict[str, frozenset[str]] = {
+    "set_maintenance": frozenset(
+        {"maintenance", "enabled", "reason", "devices_in_maintenance", "admin_state", "maintenance_reason"}
+    ),
+    "open_incident": frozenset({"open_incident_ids", "incidents", "incident_id"}),
+}

@@ -34,12 +34,17 @@ from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 from mcpfault.proxy.replies import server_gone_reply
+from mcpfault.proxy.tool_listing import ToolListing, is_own_id
 
 log = structlog.get_logger("mcpfault.proxy")
 
 
 # Server-to-client requests waiting for the client's answer, kept for their spans only.
 MAX_OBSERVED_SERVER_REQUESTS = 4096
+# Client requests held while the proxy's own tools/list is on its way; past that they go on unheld.
+MAX_WAITING_FOR_LISTING = 10_000
+TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
+_PER_REQUEST_META = frozenset({"traceparent", "tracestate", "baggage", "progressToken"})
 
 
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
@@ -98,6 +103,7 @@ class Finished(NamedTuple):
     protocol_version: str | None
     added_s: float | None  # the proxy's own handling time, both ways; None when it means nothing (exit, cancel)
     generation: int | None = None  # the server's restarts before the request arrived; None: not supervised
+    fields: tuple[str, ...] = ()  # the result fields a corruption changed (Delivery.fields)
 
 
 class RequestObserver(Protocol):
@@ -203,6 +209,13 @@ class ProxyCore:
         self._input_methods: dict[str, str] = {}
         # Answers a lane let through whose spans end once the transport has written them (end_passed).
         self._passed: list[tuple[InFlight, PlainAnswer]] = []
+        # The proxy's own tools/list, for rules that match on annotations (proxy/tool_listing.py).
+        self._listing = ToolListing()
+        self._handshake_done = False  # the client sent notifications/initialized (2025-11-25 era)
+        # Stdio: the core sends its listing among the lines it relays and holds requests for it. HTTP:
+        # the transport sends it before a request (``listing_due``), as a POST of its own.
+        self.lists_in_band = True
+        self._listing_stale = False  # out of band: the server said its tools changed since the last listing
 
     @property
     def observers(self) -> tuple[RequestObserver, ...]:
@@ -283,6 +296,9 @@ class ProxyCore:
                     return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.NOTIFICATION and message.method == "notifications/initialized":
                 self._initialized = line
+                self._handshake_done = True
+                if self.engine.learns_tools and self.lists_in_band:
+                    return [Emit(To.SERVER, line), Emit(To.SERVER, self._listing.start("handshake"))]
             elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
                 return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
@@ -291,12 +307,31 @@ class ProxyCore:
         body = message.body
         assert body is not None
         method = body["method"]
+        if (
+            self.lists_in_band
+            and method not in HANDSHAKE_METHODS
+            and self.engine.cares_about(method)
+            and self._waits_for_listing(body)
+        ):
+            # A rule may match it on annotations the proxy's own listing is about to tell: it waits.
+            if not self._listing.waiting and not self._listing.in_progress:
+                self._listing.waiting.append(line)
+                return [Emit(To.SERVER, self._listing.start("rules"))]
+            self._listing.waiting.append(line)
+            return []
         self._count_request(method, body.get("params"))
         if method in HANDSHAKE_METHODS or self.era.era is Era.UNKNOWN:
             params = body.get("params")
             self.era.observe_request(method, params if isinstance(params, dict) else {})
             if method == "initialize":
                 self._initialize = body
+            elif method == "server/discover":
+                # The 2026-07-28 era's handshake: the proxy's own listing carries the client's per-request
+                # _meta (protocol version, client info), without this request's trace context.
+                meta = params.get("_meta") if isinstance(params, dict) else None
+                if isinstance(meta, dict) and META_PROTOCOL_VERSION in meta:
+                    self._listing.meta = {k: v for k, v in meta.items() if k not in _PER_REQUEST_META}
+                    self._handshake_done = True
         cares = self.engine.cares_about(method)
         if not cares and (not self._observers or self._deferring is not None):
             return [Emit(To.SERVER, self._pass_request(line, body))]  # nothing can happen to it on its way
@@ -350,6 +385,88 @@ class ProxyCore:
         )
         self._track(InFlight(body, decision, started, tokens, self._clock() - started, call))  # _replace is slower
         return emits
+
+    def _waits_for_listing(self, body: Mapping[str, Any]) -> bool:
+        """Whether a request must wait for the proxy's own tools/list: one is on its way, or none has
+        been made although the handshake is done and rules need one (they were added at run time, or
+        the 2026-07-28 era, whose ``server/discover`` has no ``notifications/initialized`` after it)."""
+        listing = self._listing
+        if listing.in_progress:
+            return len(listing.waiting) < MAX_WAITING_FOR_LISTING
+        if listing.listed or not self.engine.learns_tools:
+            return False
+        return self._handshake_done
+
+    def listing_due(self, line: bytes) -> bytes | None:
+        """Out of band (HTTP): the first page of a tools/list the transport must send, and whose
+        answers it feeds to ``listing_answer``, before it hands ``line`` (the client's next message)
+        to ``from_client``. None when no listing is due: rules need none, the handshake is not done,
+        or the engine's listing is current."""
+        if self.lists_in_band or not self.engine.learns_tools or b'"method"' not in line:
+            return None
+        if (self.engine.has_tool_listing or self._listing.listed) and not self._listing_stale:
+            return None  # current, or this core's last try failed (a server without tools: not asked each time)
+        message = jsonrpc.parse(line)
+        if message.kind is not MessageKind.REQUEST or message.method in HANDSHAKE_METHODS:
+            return None
+        meta = message.params.get("_meta") if isinstance(message.params, Mapping) else None
+        if isinstance(meta, Mapping) and META_PROTOCOL_VERSION in meta:
+            # A 2026-07-28 request: the listing carries the same per-request _meta.
+            self._listing.meta = {k: v for k, v in meta.items() if k not in _PER_REQUEST_META}
+        elif not self._handshake_done:
+            return None
+        self._listing_stale = False
+        return self._listing.start("list_changed" if self.engine.has_tool_listing else "handshake")
+
+    def listing_answer(self, data: bytes | None) -> bytes | None:
+        """Out of band: the server's answer to the listing request last sent (None: there was none, or it
+        was no JSON-RPC). The next page's request, or None once the listing is over."""
+        body = jsonrpc.parse(data).body if data is not None else None
+        if body is None or not is_own_id(body.get("id")):
+            body = {"id": self._listing.pending_id, "error": {"message": "no answer from the server"}}
+        emits = self._listing_answered(body)
+        return emits[0].data if emits else None
+
+    def _listing_answered(self, body: Mapping[str, Any]) -> list[Emit]:
+        """An answer to the proxy's own tools/list: consumed here, never forwarded. The next page's
+        request, or once the listing is complete, the requests that waited for it."""
+        listing = self._listing
+        follow, ended = listing.answered(body)
+        if follow is not None:
+            return [Emit(To.SERVER, follow)]
+        if ended is None:
+            return []
+        if ended == "complete":
+            self.engine.learn_tools(listing.tools)
+        waited = listing.release()
+        log.info(
+            "learned the server's tools" if ended == "complete" else "could not list the server's tools",
+            reason=listing.reason,
+            outcome=ended,
+            pages=listing.pages,
+            tools=len(listing.tools),
+            requests_waited=len(waited),
+        )
+        if self._events is not None:
+            record: dict[str, Any] = {
+                "event": "tools_listed",
+                "reason": listing.reason,
+                "outcome": ended,
+                "pages": listing.pages,
+                "tools": len(listing.tools),
+                "requests_waited": len(waited),
+            }
+            if ended != "complete":
+                error = body.get("error")
+                record["error"] = error.get("message") if isinstance(error, Mapping) else "no tools in the answer"
+            self._write_event(record, self._clock())
+        return [emit for line in waited for emit in self.from_client(line)]
+
+    def _abandon_listing(self) -> None:
+        """The server is gone or restarting: requests that waited for its listing are tracked now, so that
+        they are answered as every request in flight is (what they would have been sent to is gone)."""
+        for line in self._listing.abandon():
+            self.from_client(line)
 
     def _with_context_line(self, line: bytes, body: dict[str, Any], tokens: tuple[Any, ...]) -> bytes:
         """The client's line with the proxy's trace context in ``params._meta``.
@@ -626,11 +743,25 @@ class ProxyCore:
                 self._opaque(To.CLIENT, line, message.why_opaque)
             elif message.kind is MessageKind.REQUEST and (self._observers or self.engine.acts_on(message.method)):
                 self._server_request(message.body)
+            elif message.kind is MessageKind.NOTIFICATION and message.method == TOOLS_LIST_CHANGED:
+                emits = (
+                    self._notification(message.body, line, To.CLIENT)
+                    if self.engine.acts_on(message.method)
+                    else [Emit(To.CLIENT, line)]
+                )
+                if not self.lists_in_band:
+                    self._listing_stale = True  # the transport lists again before the next request
+                elif self.engine.learns_tools and (self._handshake_done or self._listing.listed):
+                    # The server's tools changed: the proxy lists them again, whatever becomes of the notice.
+                    emits.append(Emit(To.SERVER, self._listing.start("list_changed")))
+                return emits
             elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
                 return self._notification(message.body, line, To.CLIENT)
             return [Emit(To.CLIENT, line)]
         body = message.body
         assert body is not None
+        if is_own_id(body["id"]):
+            return self._listing_answered(body)
         if b'"input_required"' in line and any(self.engine.acts_on(m) for m in SERVER_REQUESTS):
             self._learn_input_requests(body)
         if self._replay_id is not None and body["id"] == self._replay_id:
@@ -683,6 +814,7 @@ class ProxyCore:
         Responses a fault dropped stay lost; the client's EOF follows right after.
         """
         self.stats.upstream_exit_code = exit_code
+        self._abandon_listing()
         for observer in self._observers:
             observer.upstream_exited(exit_code)
         for held in list(self._held_events.values()):  # answers held back go out now, as the transport ends
@@ -710,6 +842,7 @@ class ProxyCore:
         """The server died and is restarting as ``generation``: answer what it never answered, saying so."""
         if self._replay_id is not None:
             self._replay_id = None  # a replay the dead server never answered: the next one replaces it
+        self._abandon_listing()
         waiting = self._take_waiting()
         emits = []
         for pending in waiting:
@@ -847,6 +980,7 @@ class ProxyCore:
                 self.era.protocol_version,
                 added_s,
                 self.generation,
+                delivery.fields,
             )
             for observer, token in zip(self._observers, pending.tokens, strict=False):
                 observer.finished(token, outcome)
@@ -874,6 +1008,8 @@ class ProxyCore:
             record["faults"] = [{"rule": a.rule, "type": a.type_name, "mode": a.mode} for a in decision.applied]
         if error_code is not None:
             record["error_code"] = error_code
+        if delivery.fields:
+            record["fields"] = list(delivery.fields)
         if delay_s:
             record["delay_s"] = round(delay_s, 6)
         if hold and delay_s > 0 and delivery.data is not None and call.request_id is not None:

@@ -33,6 +33,7 @@ from mcpfault.faults.base import HttpBehaviour
 from mcpfault.loopback import require_token_beyond_loopback
 from mcpfault.protocol import headers as mirrored
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
@@ -55,6 +56,7 @@ from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.replies import server_down_reply, server_gone_reply
 from mcpfault.proxy.supervised import ServerDown
 from mcpfault.proxy.supervisor import unanswered_reply
+from mcpfault.proxy.tool_listing import is_own_id
 from mcpfault.proxy.upstream import UpstreamPool
 
 log = structlog.get_logger("mcpfault.proxy")
@@ -222,6 +224,8 @@ class HttpProxy:
         owned = self.owned
         if owned is not None and owned.supervisor.settings.restart != "never":
             core.generation = owned.supervisor.generation  # on this request's event and span
+        core.lists_in_band = False
+        await self._list_tools(request, core, body)
         try:
             emits = core.from_client(body)
         except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
@@ -252,6 +256,44 @@ class HttpProxy:
             if session_id is None and core.in_flight:
                 # Outside a session nothing can resume this stream: its answer is gone for good.
                 core.end(exchange.request_id, "nothing")
+
+    async def _list_tools(self, request: web.Request, core: ProxyCore, body: bytes) -> None:
+        """The proxy's own tools/list before the client's request, when rules match on annotations
+        and the core has none current (proxy/tool_listing.py): POSTs of its own, in the client's
+        session and with its headers, whose answers the client never sees."""
+        listing = core.listing_due(body)
+        while listing is not None:
+            listing = core.listing_answer(await self._own_request(request, listing))
+
+    async def _own_request(self, request: web.Request, data: bytes) -> bytes | None:
+        """The JSON-RPC answer to a request of the proxy's own; None when none came."""
+        try:
+            bridge = await self._bridge.bridge_for(data) if self._bridge is not None else None
+            if bridge is not None:
+                answer: UpstreamAnswer = await bridge.post(data)
+            else:
+                answer, _generation = await self._post_upstream(request, Emit(To.SERVER, data, rewritten=True))
+        except (ServerDown, TimeoutError, OSError):
+            return None
+        try:
+            raw = await read_limited(answer, self._limits.max_response_bytes)
+        except (ValueError, TimeoutError, OSError):
+            return None
+        finally:
+            answer.release()
+        if "event-stream" not in answer.headers.get("Content-Type", ""):
+            return raw
+        splitter = sse.EventSplitter(self._limits.max_response_bytes)
+        for event in splitter.feed(raw + b"\n\n"):
+            message = jsonrpc.parse(event.data) if event.data is not None else None
+            if (
+                message is not None
+                and message.kind is MessageKind.RESPONSE
+                and message.body is not None
+                and is_own_id(message.body.get("id"))
+            ):
+                return event.data
+        return None
 
     def _on_lost_session(self, request: web.Request, body: bytes, session_id: str) -> web.Response:
         """A session the proxy answered 404 for (session_expired) stays lost, as on a server that lost it:

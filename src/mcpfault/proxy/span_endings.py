@@ -238,6 +238,8 @@ class SpanEndings:
             }
             if outcome.delay_s:
                 details["mcpfault.delay_s"] = outcome.delay_s
+            if outcome.fields:
+                details[names.FAULT_FIELDS] = list(outcome.fields)
             events.append((applied.event, self._clock.unix_ns(outcome.finished), details))
         for change in outcome.decision.changes:
             note: dict[str, Any] = {names.CONTROL_ACTION: change.action, names.CONTROL_VERSION: change.version}

@@ -45,6 +45,7 @@ OTHER: Final = "_OTHER"  # the conventions' catch-all; also our Prometheus label
 FAULT_TYPE: Final = "mcpfault.fault.type"  # fault type name from the profile, absent when no fault fired
 FAULT_MODE: Final = "mcpfault.fault.mode"
 FAULT_RULE: Final = "mcpfault.fault.rule"  # index of the profile rule that fired
+FAULT_FIELDS: Final = "mcpfault.fault.fields"  # the result fields a corruption changed (malformed wrong_type)
 UPSTREAM_CONTACTED: Final = "mcpfault.upstream.contacted"  # bool: did the server see this request
 DIRECTION: Final = "mcpfault.direction"  # DIRECTION_* below: which peer sent the request
 DIRECTION_CLIENT_TO_SERVER: Final = "client_to_server"
