@@ -1,0 +1,129 @@
+"""A tool's arguments for the audit: the user's own examples (``--examples FILE.toml``), else one
+drawn from its ``inputSchema`` by hypothesis-jsonschema, seeded, so the same seed gives the same call.
+
+The examples file, one table per tool (the examples win over the schema)::
+
+    [tools.open_incident.arguments]
+    device_id = "dev-0001"
+    summary = "audit probe"
+    severity = "low"
+
+An idempotency key is a string property whose name says so (``idempotency_key``, ``idempotencyKey``,
+``request_id``, ``dedupe_key``, ``client_token`` and their spellings); the audit retries with one as well.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcpfault.errors import UsageError
+
+EXAMPLES_PER_DRAW = 3  # hypothesis's first example is the simplest; the last of a few says more
+_KEY_NAME = re.compile(
+    r"^(idempotency|idempotent|dedupe|dedup|deduplication|request|client_?request|client)_?(key|id|token)$"
+)
+
+
+class Unsatisfiable(Exception):
+    """No value satisfies the schema (or the generator cannot draw one); ``str()`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    values: dict[str, Any]
+    source: str  # "examples" or "schema (seed N)"
+
+
+def idempotency_key(schema: Mapping[str, Any]) -> str | None:
+    """The name of the schema's idempotency-key property, when it has one (a string)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return None
+    for name in sorted(properties):
+        spec = properties[name]
+        normal = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().replace("-", "_")
+        if _KEY_NAME.match(normal) and isinstance(spec, Mapping) and spec.get("type", "string") == "string":
+            return str(name)
+    return None
+
+
+def load_examples(path: Path) -> dict[str, dict[str, Any]]:
+    """``--examples FILE.toml``: arguments per tool name; a UsageError naming the file and the table."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--examples {path}: cannot read it ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--examples {path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(document) - {"tools"})
+    if unknown:
+        raise UsageError(f"--examples {path}: unknown top-level key {unknown[0]!r}; put each tool under [tools.NAME]")
+    tools = document.get("tools", {})
+    if not isinstance(tools, dict):
+        raise UsageError(f"--examples {path}: 'tools' must be a table of [tools.NAME] tables")
+    examples: dict[str, dict[str, Any]] = {}
+    for name, table in tools.items():
+        where = f"--examples {path}: [tools.{name}]"
+        if not isinstance(table, dict) or set(table) - {"arguments"}:
+            raise UsageError(f"{where}: give only an 'arguments' table, e.g. [tools.{name}.arguments]")
+        arguments = table.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise UsageError(f"{where}: 'arguments' must be a table of the tool's arguments")
+        examples[name] = arguments
+    return examples
+
+
+def tool_seed(seed: int, tool: str) -> int:
+    """One seed per tool, from the audit's seed and the tool's name: adding a tool changes no other's call."""
+    return zlib.crc32(f"{seed}:{tool}".encode()) & 0x7FFFFFFF
+
+
+def draw(schema: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """Arguments that satisfy ``schema``, the same for the same seed; ``Unsatisfiable`` when none can be drawn."""
+    try:
+        from hypothesis import HealthCheck, Phase, given, settings
+        from hypothesis import seed as seeded
+        from hypothesis.errors import HypothesisException
+        from hypothesis_jsonschema import from_schema
+    except ImportError as exc:  # pragma: no cover - the audit extra not installed
+        raise UsageError(f"drawing arguments needs the audit extra: pip install 'mcpfault[audit]' ({exc})") from None
+
+    # Extra properties and control characters make a call no client would send: a tool gets only
+    # what it declares (unless its schema asks for more), in printable ASCII.
+    wanted = {"type": "object", "additionalProperties": False, **dict(schema)}
+    drawn: list[Any] = []
+    try:
+        strategy = from_schema(wanted, allow_x00=False, codec="ascii")
+
+        @seeded(seed)
+        @settings(
+            max_examples=EXAMPLES_PER_DRAW,
+            phases=[Phase.generate],
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+        )
+        @given(strategy)
+        def collect(value: Any) -> None:
+            drawn.append(value)
+
+        collect()
+    except HypothesisException as exc:
+        raise Unsatisfiable(_first_line(exc)) from None
+    except (ValueError, TypeError, re.error) as exc:  # a schema hypothesis-jsonschema cannot read
+        raise Unsatisfiable(f"the schema cannot be used: {_first_line(exc)}") from None
+    if not drawn or not isinstance(drawn[-1], dict):
+        raise Unsatisfiable("no object satisfies the schema")
+    return dict(drawn[-1])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
