@@ -14,6 +14,7 @@ An idempotency key is a string property whose name says so (``idempotency_key``,
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 import zlib
@@ -87,8 +88,6 @@ def tool_seed(seed: int, tool: str) -> int:
 def draw(schema: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Arguments that satisfy ``schema``, the same for the same seed; ``Unsatisfiable`` when none can be drawn."""
     try:
-        from hypothesis import HealthCheck, Phase, given, settings
-        from hypothesis import seed as seeded
         from hypothesis.errors import HypothesisException
         from hypothesis_jsonschema import from_schema
     except ImportError as exc:  # pragma: no cover - the audit extra not installed
@@ -97,31 +96,72 @@ def draw(schema: Mapping[str, Any], seed: int) -> dict[str, Any]:
     # Extra properties and control characters make a call no client would send: a tool gets only
     # what it declares (unless its schema asks for more), in printable ASCII.
     wanted = {"type": "object", "additionalProperties": False, **dict(schema)}
-    drawn: list[Any] = []
     try:
         strategy = from_schema(wanted, allow_x00=False, codec="ascii")
-
-        @seeded(seed)
-        @settings(
-            max_examples=EXAMPLES_PER_DRAW,
-            phases=[Phase.generate],
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            print_blob=False,
-        )
-        @given(strategy)
-        def collect(value: Any) -> None:
-            drawn.append(value)
-
-        collect()
+        try:
+            drawn = _examples(strategy.filter(_printable), seed)
+        except HypothesisException:  # a schema whose strings must hold control characters
+            drawn = _examples(strategy, seed)
     except HypothesisException as exc:
-        raise Unsatisfiable(_first_line(exc)) from None
+        raise Unsatisfiable(_why_empty(wanted) or _first_line(exc)) from None
     except (ValueError, TypeError, re.error) as exc:  # a schema hypothesis-jsonschema cannot read
         raise Unsatisfiable(f"the schema cannot be used: {_first_line(exc)}") from None
     if not drawn or not isinstance(drawn[-1], dict):
         raise Unsatisfiable("no object satisfies the schema")
     return dict(drawn[-1])
+
+
+def _examples(strategy: Any, seed: int) -> list[Any]:
+    """The first EXAMPLES_PER_DRAW values hypothesis draws from ``strategy`` with ``seed``."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+
+    drawn: list[Any] = []
+
+    @seeded(seed)
+    @settings(
+        max_examples=EXAMPLES_PER_DRAW,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+    @given(strategy)
+    def collect(value: Any) -> None:
+        drawn.append(value)
+
+    collect()
+    return drawn
+
+
+def _printable(value: Any) -> bool:
+    """No control characters in any string of ``value`` (keys included)."""
+    if isinstance(value, str):
+        return value.isprintable()
+    if isinstance(value, dict):
+        return all(_printable(k) and _printable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_printable(item) for item in value)
+    return True
+
+
+def _why_empty(schema: Mapping[str, Any]) -> str | None:
+    """Which required properties no value satisfies, in words, when that is why nothing could be drawn."""
+    from hypothesis_jsonschema import from_schema
+
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return None
+    empty = []
+    for name in schema.get("required") or ():
+        spec = properties.get(name)
+        try:
+            if isinstance(spec, (Mapping, bool)) and from_schema(spec).is_empty:
+                empty.append(f"{name} {json.dumps(spec, sort_keys=True)}")
+        except Exception:  # a property the generator cannot read says nothing here
+            continue
+    return f"no value satisfies the required {'; '.join(empty)}" if empty else None
 
 
 def _first_line(exc: BaseException) -> str:

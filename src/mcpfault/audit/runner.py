@@ -27,7 +27,7 @@ from mcpfault.audit import grade as grades
 from mcpfault.audit import plan as plans
 from mcpfault.audit.grade import Grade, Observation, ProbeSeen
 from mcpfault.audit.plan import Settings, ToolPlan
-from mcpfault.errors import UsageError
+from mcpfault.errors import UpstreamError, UsageError
 from mcpfault.telemetry import names
 
 MAX_DIFF_LINES = 40
@@ -136,14 +136,20 @@ async def _list_tools(settings: Settings, workdir: Path) -> list[dict[str, Any]]
     from mcp import Client, StdioServerParameters, stdio_client
 
     tools: list[dict[str, Any]] = []
-    with anyio.fail_after(settings.call_timeout_s * 4), open(os.devnull, "w", encoding="utf-8") as quiet:
-        if settings.upstream is not None:
-            transport: Any = settings.upstream
-        else:
-            command = list(settings.command)
-            params = StdioServerParameters(command=command[0], args=command[1:], cwd=str(workdir), env=_server_env())
-            transport = stdio_client(params, errlog=quiet)
-        try:
+    handle, name = tempfile.mkstemp(prefix="mcpfault-audit-", suffix=".stderr")  # not in the workdir: a dry
+    os.close(handle)  # run leaves that as it was
+    errlog_path = Path(name)
+    where = settings.upstream or f"{' '.join(settings.command)} (run in {workdir})"
+    try:
+        with anyio.fail_after(settings.call_timeout_s * 4), open(errlog_path, "w", encoding="utf-8") as errlog:
+            if settings.upstream is not None:
+                transport: Any = settings.upstream
+            else:
+                command = list(settings.command)
+                params = StdioServerParameters(
+                    command=command[0], args=command[1:], cwd=str(workdir), env=_server_env()
+                )
+                transport = stdio_client(params, errlog=errlog)
             async with Client(transport, read_timeout_seconds=settings.call_timeout_s) as client:
                 cursor = None
                 while True:
@@ -152,9 +158,30 @@ async def _list_tools(settings: Settings, workdir: Path) -> list[dict[str, Any]]
                     cursor = page.next_cursor
                     if not cursor:
                         break
-        except OSError as exc:
-            raise UsageError(f"the server could not be started or reached: {exc}") from None
+    except Exception as exc:  # the SDK wraps a dead server's end in exception groups
+        said = _tail(errlog_path)
+        raise UpstreamError(
+            f"listing the tools of {where} failed: {_root_cause(exc)}"
+            + (f"; the server said: {said}" if said else "")
+            + ". The server runs in the work directory: give its command with absolute paths."
+        ) from None
+    finally:
+        errlog_path.unlink(missing_ok=True)
     return tools
+
+
+def _root_cause(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])[:500]
 
 
 # -- the calls ----------------------------------------------------------------------------------
