@@ -38,13 +38,26 @@ def document(result: Result) -> dict[str, Any]:
         "wall_s": round(result.wall_s, 3),
         "passed": result.exit_code == 0,
         "failing_findings": len(result.failing),
-        "tools": [_tool(audit) for audit in result.tools],
+        "tools": [_redacted(_tool(audit)) for audit in result.tools],
     }
     if result.out is not None:
         doc["events"] = str(result.out / "events.jsonl")
         doc["spans"] = str(result.out / "spans.jsonl")
-    redacted: dict[str, Any] = redact_value(doc)
-    return redacted
+    return {key: value if key == "tools" else redact_value(value) for key, value in doc.items()}
+
+
+def _redacted(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool's record redacted piece by piece: its nesting is deeper than the redaction walks at once."""
+    tool = {key: value if key in ("findings", "calls") else redact_value(value) for key, value in tool.items()}
+    tool["calls"] = [redact_value(call) for call in tool["calls"]]
+    tool["findings"] = [
+        {
+            **redact_value({k: v for k, v in f.items() if k != "evidence"}),
+            "evidence": [redact_value(e) for e in f["evidence"]],
+        }
+        for f in tool.get("findings", [])
+    ]
+    return tool
 
 
 def _tool(audit: ToolAudit) -> dict[str, Any]:
@@ -101,7 +114,10 @@ def render_plan(result: Result, out: TextIO) -> None:
     """The dry run: what the audit would call, with which arguments, and what would observe it."""
     doc = document(result)
     settings = result.settings
-    print("mcpfault audit: DRY RUN, nothing was called. Add --confirm to perform this plan.", file=out)
+    if result.dry_run:
+        print("mcpfault audit: DRY RUN, nothing was called. Add --confirm to perform this plan.", file=out)
+    else:
+        print(f"mcpfault audit: the plan performed ({result.calls_made} tools/call requests)", file=out)
     print("Run it against staging, never against production data.", file=out)
     print(f"seed {settings.seed}; bounds: {settings.max_calls} calls, {settings.max_time_s:g} s", file=out)
     for audit, tool in zip(result.tools, doc["tools"], strict=True):
@@ -154,7 +170,9 @@ def render(result: Result, out: TextIO) -> None:
     verdict = (
         "passed" if doc["passed"] else f"FAILED: {doc['failing_findings']} finding(s) at or above {doc['fail_on']}"
     )
-    console.print(f"{doc['calls_made']} calls in {doc['wall_s']:.1f} s; {verdict}")
+    console.print(
+        f"{doc['calls_made']} tools/call requests (state probe's included) in {doc['wall_s']:.1f} s; {verdict}"
+    )
 
 
 def _evidence_line(item: dict[str, Any]) -> str:

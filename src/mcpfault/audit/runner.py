@@ -97,7 +97,7 @@ def run(settings: Settings) -> Result:
     workdir.mkdir(parents=True, exist_ok=True)
     listed = anyio.run(_list_tools, settings, workdir)
     audits = [ToolAudit(p) for p in plans.tool_plans(listed, settings)]
-    calls, spans, reports = _perform(settings, audits, out, workdir)
+    calls, spans, reports, calls_made = _perform(settings, audits, out, workdir)
     by_number = _spans_by_call(spans)
     observed = settings.probe is not None or settings.state_tool is not None or settings.state_resource is not None
     state = settings.state_tool is not None or settings.state_resource is not None
@@ -119,7 +119,7 @@ def run(settings: Settings) -> Result:
                 )
             )
         audit.grade = grades.grade(audit.plan, audit.calls, observed=observed, state=state)
-    return Result(settings, False, audits, workdir, out, len(calls), time.monotonic() - started)
+    return Result(settings, False, audits, workdir, out, calls_made, time.monotonic() - started)
 
 
 # -- the server's tools -------------------------------------------------------------------------
@@ -218,7 +218,8 @@ def _policy_file(out: Path, workdir: Path) -> Path:
 
 def _perform(
     settings: Settings, audits: list[ToolAudit], out: Path, workdir: Path
-) -> tuple[list[_Call], list[Any], dict[int, ProbeSeen]]:
+) -> tuple[list[_Call], list[Any], dict[int, ProbeSeen], int]:
+    """The calls, the proxy's spans, the probe's reports by call number, and how many tools/call went."""
     from mcpfault.api import Proxy
 
     common: dict[str, Any] = {"profile": _profile(settings, audits), "seed": settings.seed, "workdir": out}
@@ -228,13 +229,19 @@ def _perform(
         proxy = Proxy(transport="http", upstream=settings.upstream, control=False, **common)
     else:
         proxy = Proxy(list(settings.command), control=False, **common)
-    calls: list[_Call] = []
+    done = _Done()
     with proxy:
-        anyio.run(_session, settings, audits, proxy, workdir, calls)
-    return calls, proxy.spans(), _probe_reports(proxy.events())
+        anyio.run(_session, settings, audits, proxy, workdir, done)
+    return done.calls, proxy.spans(), _probe_reports(proxy.events()), done.count
 
 
-async def _session(settings: Settings, audits: list[ToolAudit], proxy: Any, workdir: Path, calls: list[_Call]) -> None:
+@dataclass(slots=True)
+class _Done:
+    calls: list[_Call] = field(default_factory=list)
+    count: int = 0  # tools/call requests sent, the state probe's included
+
+
+async def _session(settings: Settings, audits: list[ToolAudit], proxy: Any, workdir: Path, done: _Done) -> None:
     from mcp import Client, StdioServerParameters, stdio_client
 
     deadline = time.monotonic() + settings.max_time_s
@@ -250,18 +257,27 @@ async def _session(settings: Settings, audits: list[ToolAudit], proxy: Any, work
             transport = stdio_client(params, errlog=errlog)
         async with Client(transport, read_timeout_seconds=settings.call_timeout_s) as client:
             session = _Session(client, settings)
-            for audit in audits:
-                steps = audit.plan.steps
-                if not steps:
-                    continue
-                needed = len(steps) * (2 if settings.state_tool else 1) + (1 if settings.state_tool else 0)
-                if time.monotonic() > deadline:
-                    audit.stopped = f"not called: the time bound (--max-time-s {settings.max_time_s:g}) was reached"
-                    continue
-                if session.count + needed > settings.max_calls:
-                    audit.stopped = f"not called: the call bound (--max-calls {settings.max_calls}) would be passed"
-                    continue
-                calls += await session.tool(audit.plan)
+            try:
+                await _each_tool(session, settings, audits, done.calls, deadline)
+            finally:
+                done.count = session.count
+
+
+async def _each_tool(
+    session: _Session, settings: Settings, audits: list[ToolAudit], calls: list[_Call], deadline: float
+) -> None:
+    for audit in audits:
+        steps = audit.plan.steps
+        if not steps:
+            continue
+        needed = len(steps) * (2 if settings.state_tool else 1) + (1 if settings.state_tool else 0)
+        if time.monotonic() > deadline:
+            audit.stopped = f"not called: the time bound (--max-time-s {settings.max_time_s:g}) was reached"
+            continue
+        if session.count + needed > settings.max_calls:
+            audit.stopped = f"not called: the call bound (--max-calls {settings.max_calls}) would be passed"
+            continue
+        calls += await session.tool(audit.plan)
 
 
 class _Session:
