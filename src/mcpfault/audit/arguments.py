@@ -49,9 +49,20 @@ def idempotency_key(schema: Mapping[str, Any]) -> str | None:
     for name in sorted(properties):
         spec = properties[name]
         normal = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().replace("-", "_")
-        if _KEY_NAME.match(normal) and isinstance(spec, Mapping) and spec.get("type", "string") == "string":
+        if _KEY_NAME.match(normal) and isinstance(spec, Mapping) and _takes_string(spec):
             return str(name)
     return None
+
+
+def _takes_string(spec: Mapping[str, Any]) -> bool:
+    """Whether a property may be a string: ``"string"``, ``["string", "null"]``, or an anyOf/oneOf with one."""
+    kind = spec.get("type")
+    if kind is None:
+        options = spec.get("anyOf") or spec.get("oneOf")
+        if isinstance(options, list):
+            return any(isinstance(o, Mapping) and _takes_string(o) for o in options)
+        return "enum" not in spec and "const" not in spec
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
 
 
 def load_examples(path: Path) -> dict[str, dict[str, Any]]:
