@@ -11,6 +11,8 @@ directory (the audit's work directory), so that the audit fails it in each way:
 - ``wipe_notes`` is destructive (annotated so): the audit calls it only with --confirm-destructive.
 - ``impossible`` takes an integer at least 5 and at most 1: its schema cannot be satisfied.
 - ``list_notes`` reads everything and writes nothing: the state probe.
+
+``--http PORT`` serves Streamable HTTP on 127.0.0.1 instead of stdio.
 """
 
 from __future__ import annotations
@@ -105,4 +107,12 @@ def impossible(count: Annotated[int, Field(ge=5, le=1)]) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT")
+    args = parser.parse_args()
+    if args.http is None:
+        server.run()
+    else:
+        server.run(transport="streamable-http", host="127.0.0.1", port=args.http)
