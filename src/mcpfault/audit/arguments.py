@@ -15,7 +15,11 @@ An idempotency key is a string property whose name says so (``idempotency_key``,
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import tomllib
 import zlib
 from collections.abc import Mapping
@@ -25,6 +29,7 @@ from typing import Any
 
 from mcpfault.errors import UsageError
 
+DRAW_TIMEOUT_S = 120.0
 EXAMPLES_PER_DRAW = 3  # hypothesis's first example is the simplest; the last of a few says more
 _KEY_NAME = re.compile(
     r"^(idempotency|idempotent|dedupe|dedup|deduplication|request|client_?request|client)_?(key|id|token)$"
@@ -94,6 +99,58 @@ def load_examples(path: Path) -> dict[str, dict[str, Any]]:
 def tool_seed(seed: int, tool: str) -> int:
     """One seed per tool, from the audit's seed and the tool's name: adding a tool changes no other's call."""
     return zlib.crc32(f"{seed}:{tool}".encode()) & 0x7FFFFFFF
+
+
+def draw_each(requests: Mapping[str, tuple[Mapping[str, Any], int]]) -> dict[str, dict[str, Any] | Unsatisfiable]:
+    """Arguments per tool (``{name: (schema, seed)}``), or the Unsatisfiable that says why there are none.
+
+    Drawn in a fresh interpreter of our own, because hypothesis also draws constants it finds in the
+    modules its caller has loaded: in-process, the same seed would give other arguments in the CLI, the
+    API and the MCP server. It runs in a temporary directory, so hypothesis's ``.hypothesis`` folder
+    is not left in the caller's.
+    """
+    if not requests:
+        return {}
+    wanted = {name: {"schema": dict(schema), "seed": seed} for name, (schema, seed) in requests.items()}
+    with tempfile.TemporaryDirectory(prefix="mcpfault-audit-draw-") as scratch:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "mcpfault.audit.arguments"],
+                input=json.dumps(wanted),
+                capture_output=True,
+                text=True,
+                cwd=scratch,
+                timeout=DRAW_TIMEOUT_S,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"drawing arguments from the input schemas took over {DRAW_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise UsageError(f"drawing arguments from the input schemas failed: {said[0]}")
+    answers = json.loads(done.stdout)
+    return {
+        name: dict(answer["arguments"]) if "arguments" in answer else Unsatisfiable(answer["unsatisfiable"])
+        for name, answer in answers.items()
+    }
+
+
+def _main() -> int:
+    """``python -m mcpfault.audit.arguments``: {name: {schema, seed}} on stdin, {name: answer} on stdout."""
+    try:
+        wanted = json.load(sys.stdin)
+        answers: dict[str, dict[str, Any]] = {}
+        for name, request in wanted.items():
+            try:
+                answers[name] = {"arguments": draw(request["schema"], int(request["seed"]))}
+            except Unsatisfiable as exc:
+                answers[name] = {"unsatisfiable": str(exc)}
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    json.dump(answers, sys.stdout)
+    return 0
 
 
 def draw(schema: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -178,3 +235,7 @@ def _why_empty(schema: Mapping[str, Any]) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

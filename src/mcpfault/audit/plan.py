@@ -1,5 +1,6 @@
 """What the audit will do, decided before any tool is called: the settings, and per tool its claimed
-hints, its arguments and the calls it gets. Pure: from the settings and ``tools/list`` to a plan."""
+hints, its arguments and the calls it gets. From the settings and ``tools/list`` to a plan; nothing is
+called (the arguments are drawn in a helper interpreter: see ``arguments.draw_each``)."""
 
 from __future__ import annotations
 
@@ -150,14 +151,28 @@ def tool_plans(tools: Sequence[Mapping[str, Any]], settings: Settings) -> list[T
     names = selected(list(by_name), settings.tools)
     if not names:
         raise UsageError(f"--tools {' '.join(settings.tools)}: no tool of the server matches ({', '.join(by_name)})")
-    return [_plan(by_name[name], examples.get(name), settings) for name in names]
+    requests = {
+        name: (_schema(by_name[name]), args_.tool_seed(settings.seed, name)) for name in names if name not in examples
+    }
+    drawn = args_.draw_each(requests)
+    return [_plan(by_name[name], examples.get(name), drawn.get(name), settings) for name in names]
 
 
-def _plan(tool: Mapping[str, Any], example: dict[str, Any] | None, settings: Settings) -> ToolPlan:
+def _schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+    schema = tool.get("inputSchema")
+    return dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
+
+
+def _plan(
+    tool: Mapping[str, Any],
+    example: dict[str, Any] | None,
+    drawn: dict[str, Any] | args_.Unsatisfiable | None,
+    settings: Settings,
+) -> ToolPlan:
     name = str(tool["name"])
     raw = tool.get("annotations") or {}
     hints = Hints(*(_bool(raw.get(k)) for k in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")))
-    schema = tool.get("inputSchema") or {"type": "object"}
+    schema = _schema(tool)
     key_field = args_.idempotency_key(schema)
     seed = args_.tool_seed(settings.seed, name)
     unsatisfiable = None
@@ -166,10 +181,10 @@ def _plan(tool: Mapping[str, Any], example: dict[str, Any] | None, settings: Set
         arguments, source = dict(example), "examples"
     else:
         source = f"schema (seed {seed})"
-        try:
-            arguments = args_.draw(schema, seed)
-        except args_.Unsatisfiable as exc:
-            arguments, unsatisfiable = None, str(exc)
+        if isinstance(drawn, dict):
+            arguments = dict(drawn)
+        else:
+            arguments, unsatisfiable = None, str(drawn or "no arguments were drawn")
     keyed = None
     if arguments is not None and key_field is not None:
         required = key_field in (schema.get("required") or [])
