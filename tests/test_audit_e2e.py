@@ -157,11 +157,8 @@ def test_ebpf_sees_the_append_the_lie_and_the_write_outside_the_workdir(tmp_path
     assert retry["call"] == "retry"
     assert {"type": "file_open", "detail": f"{workdir}/notes.txt (O_WRONLY|O_CREAT|O_APPEND)"} in retry["side_effects"]
     spans = {s.span_id: s for s in read_spans(out / "spans.jsonl")}
-    assert spans[retry["span_id"]].attributes[
-        names.PROBE_CALL_ID
-    ] == f"{retry['call_number']}:{retry['call_number'] + 1}" or str(
-        spans[retry["span_id"]].attributes[names.PROBE_CALL_ID]
-    ).startswith(f"{retry['call_number']}:")
+    call_id = str(spans[retry["span_id"]].attributes[names.PROBE_CALL_ID])
+    assert call_id.startswith(f"{retry['call_number']}:"), call_id  # the probe's window is this call's span
 
     peek = tool(doc, "peek_notes")
     assert kinds(peek)[0] == "lying" and peek["effects_seen"] is True
