@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, str(ROOT / "tests" / "servers" / "audit_server.py")]
 MOCK = [sys.executable, "-m", "mcpfault", "mock-server"]
 MOCK_EXAMPLES = ROOT / "examples" / "audit" / "mock-examples.toml"
-QUICK = {"lost_wait_s": 1.0, "call_timeout_s": 60.0}
+LOST_WAIT_S = 1.0  # the client waits this long for a lost reply: enough, since the proxy drops it at once
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def test_the_state_probe_grades_each_tool_and_no_destructive_tool_is_called(tmp_
         confirm=True,
         out=out,
         seed=4,
-        **QUICK,
+        lost_wait_s=LOST_WAIT_S,
     )
     doc = outcome.document
     assert outcome.exit_code == 1 and not outcome.passed and doc["failing_findings"] == 1
@@ -128,7 +128,13 @@ def test_the_state_probe_grades_each_tool_and_no_destructive_tool_is_called(tmp_
 def test_confirm_destructive_lets_a_destructive_tool_be_called(tmp_path: Path) -> None:
     out = tmp_path / "out"
     outcome = audit(
-        SERVER, tools=["wipe_notes"], state_tool="list_notes", confirm=True, confirm_destructive=True, out=out, **QUICK
+        SERVER,
+        tools=["wipe_notes"],
+        state_tool="list_notes",
+        confirm=True,
+        confirm_destructive=True,
+        out=out,
+        lost_wait_s=LOST_WAIT_S,
     )
     wipe = outcome.tool("wipe_notes")
     assert wipe["not_called"] is None and [c["call"] for c in wipe["calls"]] == ["plain", "lost", "retry"]
@@ -182,7 +188,7 @@ def test_ebpf_and_the_state_probe_both_see_a_lost_reply_crash_and_the_retry(tmp_
         lose="crash",
         confirm=True,
         out=out,
-        **QUICK,
+        lost_wait_s=LOST_WAIT_S,
     )
     append = outcome.tool("append_note")
     assert kinds(append) == ["not_idempotent"]
@@ -210,7 +216,7 @@ def test_the_same_seed_gives_the_same_arguments_and_the_same_report(tmp_path: Pa
             seed=9,
             confirm=True,
             out=out,
-            **QUICK,
+            lost_wait_s=LOST_WAIT_S,
         )
         runs.append(normal(outcome.document, out))
     assert runs[0] == runs[1]
@@ -254,7 +260,7 @@ def test_an_http_server_is_audited_through_upstream(tmp_path: Path) -> None:
             state_tool="list_notes",
             confirm=True,
             out=tmp_path / "out",
-            **QUICK,
+            lost_wait_s=LOST_WAIT_S,
         )
     finally:
         stop(server)

@@ -40,7 +40,7 @@ def _tickets() -> list[dict[str, Any]]:
     return [json.loads(line) for line in TICKETS.read_text(encoding="utf-8").splitlines() if line]
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False))
 def list_notes() -> dict[str, Any]:
     """Everything the server keeps: the notes, the settings and the tickets."""
     return {
@@ -50,7 +50,7 @@ def list_notes() -> dict[str, Any]:
     }
 
 
-@server.tool(annotations=ToolAnnotations(idempotentHint=True, destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
 def append_note(text: str) -> str:
     """Adds a note. Claims to be idempotent; appends a line on every call."""
     with NOTES.open("a", encoding="utf-8") as handle:
@@ -58,7 +58,7 @@ def append_note(text: str) -> str:
     return "noted"
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def peek_notes() -> str:
     """Counts the notes. Claims to be read-only; writes an access log."""
     with ACCESS_LOG.open("a", encoding="utf-8") as handle:
@@ -66,7 +66,7 @@ def peek_notes() -> str:
     return f"{len(NOTES.read_text(encoding='utf-8').splitlines()) if NOTES.exists() else 0} notes"
 
 
-@server.tool(annotations=ToolAnnotations(idempotentHint=True, destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
 def upsert_setting(key: str, value: str) -> str:
     """Sets one setting: the same call twice leaves the same file."""
     settings = json.loads(SETTINGS.read_text(encoding="utf-8")) if SETTINGS.exists() else {}
@@ -75,7 +75,7 @@ def upsert_setting(key: str, value: str) -> str:
     return "set"
 
 
-@server.tool(annotations=ToolAnnotations(destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(destructive_hint=False))
 def open_ticket(title: str, idempotency_key: str | None = None) -> str:
     """Opens a ticket; a second call with the same idempotency_key opens none."""
     if idempotency_key is not None and any(t.get("key") == idempotency_key for t in _tickets()):
@@ -85,7 +85,7 @@ def open_ticket(title: str, idempotency_key: str | None = None) -> str:
     return "opened"
 
 
-@server.tool(annotations=ToolAnnotations(idempotentHint=True, destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
 def export_report() -> str:
     """Writes a report where $AUDIT_OUTSIDE_DIR says: outside the work directory."""
     target = Path(os.environ.get("AUDIT_OUTSIDE_DIR", ".")) / "report.txt"
@@ -93,14 +93,14 @@ def export_report() -> str:
     return "exported"
 
 
-@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
 def wipe_notes() -> str:
     """Deletes every note."""
     NOTES.unlink(missing_ok=True)
     return "wiped"
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def impossible(count: Annotated[int, Field(ge=5, le=1)]) -> str:
     """No integer is at least 5 and at most 1."""
     return str(count)

@@ -225,7 +225,10 @@ def _why_empty(schema: Mapping[str, Any]) -> str | None:
     for name in schema.get("required") or ():
         spec = properties.get(name)
         try:
-            if isinstance(spec, (Mapping, bool)) and from_schema(spec).is_empty:
+            if (
+                isinstance(spec, (Mapping, bool))
+                and from_schema(spec if isinstance(spec, bool) else dict(spec)).is_empty
+            ):
                 empty.append(f"{name} {json.dumps(spec, sort_keys=True)}")
         except Exception:  # a property the generator cannot read says nothing here
             continue

@@ -160,13 +160,17 @@ def render(result: Result, out: TextIO) -> None:
     console.print(table)
     for tool in doc["tools"]:
         if tool.get("not_called"):
-            console.print(f"{tool['name']}: not called: {tool['not_called']}")
+            console.print(f"{tool['name']}: not called: {tool['not_called']}", soft_wrap=True)
         for finding in tool.get("findings", []):
-            console.print(f"{tool['name']}: {finding['kind']} ({finding['severity']}): {finding['message']}")
+            console.print(
+                f"{tool['name']}: {finding['kind']} ({finding['severity']}): {finding['message']}", soft_wrap=True
+            )
             for item in finding["evidence"][:MAX_EVIDENCE_SHOWN]:
-                console.print("  " + _evidence_line(item))
+                console.print("  " + _evidence_line(item), soft_wrap=True)
             if len(finding["evidence"]) > MAX_EVIDENCE_SHOWN:
-                console.print(f"  ... {len(finding['evidence']) - MAX_EVIDENCE_SHOWN} more in audit.json")
+                console.print(
+                    f"  ... {len(finding['evidence']) - MAX_EVIDENCE_SHOWN} more in audit.json", soft_wrap=True
+                )
     verdict = (
         "passed" if doc["passed"] else f"FAILED: {doc['failing_findings']} finding(s) at or above {doc['fail_on']}"
     )
