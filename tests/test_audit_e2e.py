@@ -125,6 +125,23 @@ def test_the_state_probe_grades_each_tool_and_no_destructive_tool_is_called(tmp_
     assert all(r["client_received"] == "nothing" and r["upstream_contacted"] for r in drops)
 
 
+def test_a_state_resource_observes_and_the_call_bound_holds(tmp_path: Path) -> None:
+    outcome = audit(
+        SERVER,
+        tools=["append_note", "upsert_setting"],
+        state_resource="notes://all",
+        max_calls=3,  # one tool's three calls; the state resource is no tools/call
+        confirm=True,
+        out=tmp_path / "out",
+        lost_wait_s=LOST_WAIT_S,
+    )
+    append = outcome.tool("append_note")
+    assert kinds(append) == ["not_idempotent"] and append["findings"][0]["evidence"][1]["diff"]
+    upsert = outcome.tool("upsert_setting")
+    assert upsert["calls"] == [] and "the call bound (--max-calls 3)" in upsert["not_called"]
+    assert outcome.document["calls_made"] == 3
+
+
 def test_confirm_destructive_lets_a_destructive_tool_be_called(tmp_path: Path) -> None:
     out = tmp_path / "out"
     outcome = audit(

@@ -10,7 +10,7 @@ directory (the audit's work directory), so that the audit fails it in each way:
 - ``export_report`` claims destructiveHint false, and writes to $AUDIT_OUTSIDE_DIR: flagged.
 - ``wipe_notes`` is destructive (annotated so): the audit calls it only with --confirm-destructive.
 - ``impossible`` takes an integer at least 5 and at most 1: its schema cannot be satisfied.
-- ``list_notes`` reads everything and writes nothing: the state probe.
+- ``list_notes`` reads everything and writes nothing: the state probe (the resource ``notes://all`` too).
 
 ``--http PORT`` serves Streamable HTTP on 127.0.0.1 instead of stdio.
 """
@@ -48,6 +48,12 @@ def list_notes() -> dict[str, Any]:
         "settings": json.loads(SETTINGS.read_text(encoding="utf-8")) if SETTINGS.exists() else {},
         "tickets": _tickets(),
     }
+
+
+@server.resource("notes://all", mime_type="application/json")
+def all_notes() -> str:
+    """The same as list_notes, as a resource: a state probe for --state-resource."""
+    return json.dumps(list_notes(), sort_keys=True)
 
 
 @server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
