@@ -280,3 +280,14 @@ def test_fail_on_takes_the_findings_at_or_above_it() -> None:
     assert [f.kind for f in grades.at_or_above(found, "medium")] == ["b", "c"]
     assert [f.kind for f in grades.at_or_above(found, "info")] == ["a", "b", "c"]
     assert grades.at_or_above(found, "never") == []
+
+
+def test_a_reply_that_was_not_lost_and_a_failed_call_are_reported() -> None:
+    plan = plan_of({"idempotentHint": True, "destructiveHint": False})
+    not_lost = Observation(
+        "lost", 2, {}, False, error="the reply was not lost (the server answered before the fault could act)"
+    )
+    calls = [call("plain", 1, diff=(), probe=False), not_lost, call("retry", 3, diff=(), probe=False)]
+    graded = grades.grade(plan, calls, observed=True, state=True)
+    assert [(f.kind, f.severity) for f in graded.findings] == [("call_failed", "info")]
+    assert "the lost call failed: the reply was not lost" in graded.findings[0].message

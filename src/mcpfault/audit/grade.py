@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcpfault.audit.plan import LOST, LOST_KEYED, PLAIN, RETRY, RETRY_KEYED, SEVERITIES, ToolPlan
+from mcpfault.audit.plan import LOST, PLAIN, RETRY, RETRY_KEYED, SEVERITIES, ToolPlan
 
 Verdict = Literal["added", "none", "unknown"]
 RetrySafe = Literal["yes", "no", "only-with-key", "unknown"]
@@ -131,7 +131,7 @@ def grade(plan: ToolPlan, calls: Sequence[Observation], *, observed: bool, state
     if not calls:
         return Grade(None, False, None, tuple(findings))
     by_step = {call.step: call for call in calls}
-    failed = [c for c in calls if not c.ok and c.step not in (LOST, LOST_KEYED)]
+    failed = [c for c in calls if not c.ok]  # a lost call is ok when its reply was lost, as planned
     if failed:
         first = failed[0]
         findings.append(
