@@ -291,3 +291,22 @@ def test_a_reply_that_was_not_lost_and_a_failed_call_are_reported() -> None:
     graded = grades.grade(plan, calls, observed=True, state=True)
     assert [(f.kind, f.severity) for f in graded.findings] == [("call_failed", "info")]
     assert "the lost call failed: the reply was not lost" in graded.findings[0].message
+
+
+def test_what_the_audit_writes_and_prints_is_redacted(tmp_path: Path) -> None:
+    import io
+
+    from mcpfault.audit import report
+    from mcpfault.audit.runner import Result, ToolAudit
+
+    examples = tmp_path / "examples.toml"
+    secret = "sk-" + "a1b2c3d4e5f6g7h8i9j0k1l2"
+    examples.write_text(f'[tools.add_item.arguments]\ntitle = "{secret}"\ncount = 1\napi_key = "plain"\n')
+    planned = plans.tool_plans(TOOLS[1:2], settings(examples=examples))
+    result = Result(settings(examples=examples), True, [ToolAudit(p) for p in planned], None, None)
+    text = io.StringIO()
+    report.render_plan(result, text)
+    document = report.document(result)
+    assert secret not in str(document) and secret not in text.getvalue()
+    assert "plain" not in str(document["tools"][0]["arguments"])  # a secret-named key is redacted whole
+    assert "idempotencyKey=" in text.getvalue()

@@ -79,6 +79,12 @@ def test_a_dry_run_prints_the_plan_and_touches_nothing(tmp_path: Path) -> None:
     assert "observed by: the state tool list_notes({})" in done.stdout
     assert list(workdir.iterdir()) == []  # no tool ran: each of them writes a file here
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # and no audit directory was made
+    as_json = mcpfault("audit", "--json", "--tools", "open_ticket", "--", *SERVER, cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    assert document["dry_run"] is True and document["calls_made"] == 0
+    (ticket,) = document["tools"]
+    assert ticket["steps"] == ["plain", "lost", "retry", "lost-keyed", "retry-keyed"] and ticket["calls"] == []
 
 
 def test_the_state_probe_grades_each_tool_and_no_destructive_tool_is_called(tmp_path: Path) -> None:

@@ -221,7 +221,8 @@ def describe(plan: ToolPlan, settings: Settings) -> list[str]:
     how = "its reply dropped by the proxy" if settings.lose == "drop" else "the server killed after it acted"
     lines.append(f"  calls: once; again with {how}; then the same arguments again (the client's retry)")
     if plan.keyed_arguments is not None:
-        lines.append(f"  and with the idempotency key {plan.key_field}: lost, then retried")
+        key = json.dumps(plan.keyed_arguments.get(str(plan.key_field)))
+        lines.append(f"  and with the idempotency key {plan.key_field}={key}: lost, then retried")
     lines.append("  observed by: " + ("; ".join(settings.observers) or "nothing (retry-safe will be unknown)"))
     return lines
 
