@@ -148,6 +148,22 @@ def test_a_state_resource_observes_and_the_call_bound_holds(tmp_path: Path) -> N
     assert outcome.document["calls_made"] == 3
 
 
+def test_the_time_bound_leaves_later_tools_uncalled(tmp_path: Path) -> None:
+    outcome = audit(
+        SERVER,
+        tools=["append_note", "upsert_setting"],
+        state_tool="list_notes",
+        max_time_s=0.5,  # less than one tool's calls take: the lost reply alone is waited for 1 s
+        confirm=True,
+        out=tmp_path / "out",
+        lost_wait_s=LOST_WAIT_S,
+    )
+    assert [c["call"] for c in outcome.tool("append_note")["calls"]] == ["plain", "lost", "retry"]
+    upsert = outcome.tool("upsert_setting")
+    assert upsert["calls"] == [] and upsert["not_called"] == "the time bound (--max-time-s 0.5) was reached"
+    assert "upsert_setting" not in called_tools(tmp_path / "out")
+
+
 def test_confirm_destructive_lets_a_destructive_tool_be_called(tmp_path: Path) -> None:
     out = tmp_path / "out"
     outcome = audit(

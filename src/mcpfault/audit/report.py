@@ -147,7 +147,7 @@ def render(result: Result, out: TextIO) -> None:
         table.add_column(column)
     for tool in doc["tools"]:
         claimed = ", ".join(k.removesuffix("Hint") for k, v in tool["hints"].items() if v is True) or "-"
-        if tool.get("not_called"):
+        if tool.get("not_called") and not tool["calls"]:
             seen, safe = "not called", "-"
         else:
             effects = tool.get("effects_seen")
@@ -160,7 +160,8 @@ def render(result: Result, out: TextIO) -> None:
     console.print(table)
     for tool in doc["tools"]:
         if tool.get("not_called"):
-            console.print(f"{tool['name']}: not called: {tool['not_called']}", soft_wrap=True)
+            said = "not called: " if not tool["calls"] else ""
+            console.print(f"{tool['name']}: {said}{tool['not_called']}", soft_wrap=True)
         for finding in tool.get("findings", []):
             console.print(
                 f"{tool['name']}: {finding['kind']} ({finding['severity']}): {finding['message']}", soft_wrap=True

@@ -239,14 +239,14 @@ def _perform(
 class _Done:
     calls: list[_Call] = field(default_factory=list)
     count: int = 0  # tools/call requests sent, the state probe's included
+    current: ToolAudit | None = None  # the tool whose calls are under way
 
 
 async def _session(settings: Settings, audits: list[ToolAudit], proxy: Any, workdir: Path, done: _Done) -> None:
     from mcp import Client, StdioServerParameters, stdio_client
 
-    deadline = time.monotonic() + settings.max_time_s
     with (
-        anyio.fail_after(settings.max_time_s + SESSION_GRACE_S),
+        anyio.move_on_after(settings.max_time_s + SESSION_GRACE_S) as bound,
         open(proxy.workdir / "server.stderr", "w", encoding="utf-8") as errlog,
     ):
         if proxy.url is not None:
@@ -257,14 +257,17 @@ async def _session(settings: Settings, audits: list[ToolAudit], proxy: Any, work
             transport = stdio_client(params, errlog=errlog)
         async with Client(transport, read_timeout_seconds=settings.call_timeout_s) as client:
             session = _Session(client, settings)
+            deadline = time.monotonic() + settings.max_time_s  # from the handshake's end: the calls' time
             try:
-                await _each_tool(session, settings, audits, done.calls, deadline)
+                await _each_tool(session, settings, audits, done, deadline)
             finally:
                 done.count = session.count
+    if bound.cancelled_caught and done.current is not None:  # one tool's calls outlasted the bound
+        done.current.stopped = f"interrupted: the time bound (--max-time-s {settings.max_time_s:g}) was passed"
 
 
 async def _each_tool(
-    session: _Session, settings: Settings, audits: list[ToolAudit], calls: list[_Call], deadline: float
+    session: _Session, settings: Settings, audits: list[ToolAudit], done: _Done, deadline: float
 ) -> None:
     for audit in audits:
         steps = audit.plan.steps
@@ -272,12 +275,14 @@ async def _each_tool(
             continue
         needed = len(steps) * (2 if settings.state_tool else 1) + (1 if settings.state_tool else 0)
         if time.monotonic() > deadline:
-            audit.stopped = f"not called: the time bound (--max-time-s {settings.max_time_s:g}) was reached"
+            audit.stopped = f"the time bound (--max-time-s {settings.max_time_s:g}) was reached"
             continue
         if session.count + needed > settings.max_calls:
-            audit.stopped = f"not called: the call bound (--max-calls {settings.max_calls}) would be passed"
+            audit.stopped = f"the call bound (--max-calls {settings.max_calls}) would be passed"
             continue
-        calls += await session.tool(audit.plan)
+        done.current = audit
+        await session.tool(audit.plan, done.calls)
+        done.current = None
 
 
 class _Session:
@@ -323,11 +328,11 @@ class _Session:
             return None, None
         return _canonical(value)[:MAX_STATE_CHARS], None
 
-    async def tool(self, plan: ToolPlan) -> list[_Call]:
+    async def tool(self, plan: ToolPlan, done: list[_Call]) -> None:
+        """The plan's calls in order, each appended to ``done`` as it ends (so a bound keeps what was seen)."""
         settings = self.settings
         state_on = settings.state_tool is not None or settings.state_resource is not None
         before, state_error = await self.state() if state_on else (None, None)
-        done: list[_Call] = []
         for step in plan.steps:
             keyed = step in plans.KEYED_STEPS
             arguments = dict(
@@ -346,7 +351,6 @@ class _Session:
                 diff = _diff(before, after)
             done.append(_Call(plan.name, step, number, arguments, ok, error, diff, after_error or state_error))
             before, state_error = after, after_error
-        return done
 
 
 # -- reading back what the proxy recorded ------------------------------------------------------

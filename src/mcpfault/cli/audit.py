@@ -65,7 +65,9 @@ def add_parser(commands: Any) -> None:
         "--fail-on", choices=plans.FAIL_ON, default="medium", help="exit 1 at or above (default: medium)"
     )
     audit.add_argument("--max-calls", type=int, default=200, help="tools/call requests in all (default: 200)")
-    audit.add_argument("--max-time-s", type=float, default=600.0, help="the whole audit's time (default: 600)")
+    audit.add_argument(
+        "--max-time-s", type=float, default=600.0, help="time for the calls; no tool starts after it (default: 600)"
+    )
     audit.add_argument("--call-timeout-s", type=float, default=30.0, help="a call that should answer (default: 30)")
     audit.add_argument(
         "--lost-wait-s", type=float, default=3.0, help="how long the client waits for a lost reply (default: 3)"
