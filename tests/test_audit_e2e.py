@@ -259,6 +259,18 @@ def test_the_same_seed_gives_the_same_arguments_and_the_same_report(tmp_path: Pa
         )
         runs.append(normal(outcome.document, out))
     assert runs[0] == runs[1]
+    again = audit(
+        SERVER,
+        tools=["append_note", "open_ticket"],
+        state_tool="list_notes",
+        seed=9,
+        confirm=True,
+        out=tmp_path / "one",
+        lost_wait_s=LOST_WAIT_S,
+    )
+    started = [r for r in read_jsonl(tmp_path / "one" / "events.jsonl") if r.get("event") == "proxy_started"]
+    assert len(started) == 1  # the earlier audit's records were not left to be read as this one's
+    assert json.loads(normal(again.document, tmp_path / "one"))["tools"][1]["retry_safe"] == "only-with-key"
     plans = [audit(SERVER, seed=seed, state_tool="list_notes").plan for seed in (9, 9, 10)]
     assert plans[0] == plans[1] and plans[0] != plans[2]
 

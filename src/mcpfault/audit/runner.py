@@ -33,6 +33,7 @@ from mcpfault.telemetry import names
 MAX_DIFF_LINES = 40
 MAX_STATE_CHARS = 200_000
 SESSION_GRACE_S = 60.0  # beyond max_time_s, for the handshake and the proxy's orderly exit
+PREVIOUS_OUTPUT = ("audit.json", "events.jsonl", "spans.jsonl", "server.stderr")  # an earlier audit's, in OUT
 
 
 @dataclass(slots=True)
@@ -93,6 +94,8 @@ def run(settings: Settings) -> Result:
         return Result(settings, True, tools, settings.workdir, None, 0, time.monotonic() - started)
     out = settings.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    for earlier in PREVIOUS_OUTPUT:  # an earlier audit's records would be read as this one's (the same call ids)
+        (out / earlier).unlink(missing_ok=True)
     workdir = (settings.workdir or out / "workdir").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     listed = anyio.run(_list_tools, settings, workdir)
