@@ -325,6 +325,8 @@ def test_bad_input_and_a_server_that_cannot_start_get_clear_errors(tmp_path: Pat
     assert bad.returncode == 2 and "--state-args '[1]': give a JSON object" in bad.stderr
     none = mcpfault("audit", cwd=tmp_path)
     assert none.returncode == 2 and "give the server's command after '--'" in none.stderr
+    no_probe = mcpfault("audit", "--confirm", "--probe", "fake:/no/such/events.json", "--", *SERVER, cwd=tmp_path)
+    assert no_probe.returncode == 127 and "the proxy said: mcpfault proxy: --probe fake:/no/such" in no_probe.stderr
     relative = mcpfault("audit", "--", sys.executable, "no_such_server.py", cwd=tmp_path)
     assert relative.returncode == 127, relative.stderr
     assert "give its command with absolute paths" in relative.stderr and "no_such_server.py" in relative.stderr

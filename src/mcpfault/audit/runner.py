@@ -223,7 +223,7 @@ def _perform(
     settings: Settings, audits: list[ToolAudit], out: Path, workdir: Path
 ) -> tuple[list[_Call], list[Any], dict[int, ProbeSeen], int]:
     """The calls, the proxy's spans, the probe's reports by call number, and how many tools/call went."""
-    from mcpfault.api import Proxy
+    from mcpfault.api import Proxy, ProxyError
 
     common: dict[str, Any] = {"profile": _profile(settings, audits), "seed": settings.seed, "workdir": out}
     if settings.probe is not None:
@@ -233,8 +233,20 @@ def _perform(
     else:
         proxy = Proxy(list(settings.command), control=False, **common)
     done = _Done()
-    with proxy:
+    try:
+        proxy.start()
+    except ProxyError as exc:
+        raise UpstreamError(f"the audit's proxy did not start: {exc}") from None
+    try:
         anyio.run(_session, settings, audits, proxy, workdir, done)
+    except Exception as exc:  # the SDK wraps a dead proxy or server in exception groups
+        said = _tail(out / "server.stderr") if settings.upstream is None else ""
+        raise UpstreamError(
+            f"the audit's session through the proxy failed after {done.count} tools/call requests: "
+            f"{_root_cause(exc)}" + (f"; the proxy said: {said}" if said else "")
+        ) from None
+    finally:
+        proxy.close()
     return done.calls, proxy.spans(), _probe_reports(proxy.events()), done.count
 
 
