@@ -141,12 +141,12 @@ def render(result: Result, out: TextIO) -> None:
     from rich.table import Table
 
     doc = document(result)
-    console = Console(file=out, width=None if out.isatty() else 120, highlight=False, markup=False)
+    console = Console(file=out, width=None if out.isatty() else 140, highlight=False, markup=False)
     table = Table(title="mcpfault audit: tools", title_justify="left")
     for column in ("tool", "hints claimed", "effects seen", "retry-safe", "findings"):
         table.add_column(column)
     for tool in doc["tools"]:
-        claimed = ", ".join(k.removesuffix("Hint") for k, v in tool["hints"].items() if v is True) or "-"
+        claimed = _claimed(tool["hints"])
         if tool.get("not_called") and not tool["calls"]:
             seen, safe = "not called", "-"
         else:
@@ -178,6 +178,14 @@ def render(result: Result, out: TextIO) -> None:
     console.print(
         f"{doc['calls_made']} tools/call requests (state probe's included) in {doc['wall_s']:.1f} s; {verdict}"
     )
+
+
+def _claimed(hints: dict[str, bool | None]) -> str:
+    """The hints a tool states, in short: "readOnly, idempotent", "not destructive"; "-" for none."""
+    said = [
+        f"{'' if value else 'not '}{name.removesuffix('Hint')}" for name, value in hints.items() if value is not None
+    ]
+    return ", ".join(said) or "-"
 
 
 def _evidence_line(item: dict[str, Any]) -> str:
