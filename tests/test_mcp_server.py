@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MOCK = [sys.executable, "-m", "mcpfault", "mock-server"]
 RULE = {"name": "down", "type": "error", "mode": "tool", "tools": ["list_sites"]}
 READ_ONLY = {"list_fault_types", "validate_profile", "read_report", "list_runs", "proxy_status"}
-DESTRUCTIVE = {"write_profile", "write_experiment", "run_experiment", "set_faults"}
+DESTRUCTIVE = {"write_profile", "write_experiment", "run_experiment", "set_faults", "audit_server"}
 
 
 @pytest.fixture

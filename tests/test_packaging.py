@@ -97,3 +97,10 @@ def test_proxy_with_a_bundled_profile_name(installed: Path, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["result"]["protocolVersion"] == "2025-11-25"
     assert "profile 'error'" in done.stderr
+
+
+def test_audit_without_its_extra_says_how_to_get_it(installed: Path, tmp_path: Path) -> None:
+    server = [str(installed / "python"), str(ROOT / "tests" / "servers" / "audit_server.py")]
+    done = run(installed, "audit", "--", *server, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install 'mcpfault[audit]'" in done.stderr, done.stderr

@@ -7,9 +7,10 @@ The safety model, in the order a call meets it:
 - Validated input: profiles and experiments are validated as ``mcpfault validate`` does; names that
   reach a command line match a strict pattern and a known set; a command is an argv list, run without
   a shell; a control URL must be loopback HTTP.
-- Dry run by default: ``run_experiment``, ``set_faults`` and overwriting a file do nothing unless called
-  with ``dry_run=false`` and ``confirm_destructive=true``; the answer says what would happen, or what
-  happened and how to undo it.
+- Dry run by default: ``run_experiment``, ``set_faults``, ``audit_server`` and overwriting a file do
+  nothing unless called with ``dry_run=false`` and ``confirm_destructive=true``; the answer says what
+  would happen, or what happened and how to undo it. ``audit_server`` calls a tool annotated destructive
+  only with ``call_destructive_tools=true`` as well.
 - Bounds: texts, reports, runs' tasks and times have upper limits, named in each refusal.
 """
 
@@ -33,7 +34,7 @@ from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from mcpfault.api import _toml
-from mcpfault.errors import ProblemsError, UsageError
+from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
 from mcpfault.loopback import is_loopback
 
 WORKDIR_VARIABLE = "MCPFAULT_WORKDIR"
@@ -43,6 +44,8 @@ MAX_BENCH_TASKS = 100
 MAX_BENCH_S = 300.0
 MAX_EXPERIMENT_S = 600.0
 MAX_RUNS_LISTED = 100
+MAX_AUDIT_CALLS = 200
+MAX_AUDIT_S = 600.0
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -127,6 +130,16 @@ class ProxyStatus(TypedDict):
     transport: str
     server_pid: int | None
     faults: list[dict[str, Any]]
+
+
+class AuditRun(TypedDict):
+    dry_run: bool
+    passed: bool | None
+    message: str
+    plan: list[str]
+    tools: list[dict[str, Any]]
+    audit_json: str | None
+    undo: str
 
 
 class FaultChange(TypedDict):
@@ -467,6 +480,92 @@ def build() -> MCPServer:
         result = _live(calls[action])
         answer = result if isinstance(result, dict) else {"answer": result}
         return {"dry_run": False, "action": action, "message": f"done: {what}", "result": answer, "undo": undo}
+
+    @server.tool(annotations=DESTRUCTIVE, structured_output=True)
+    async def audit_server(
+        server_command: list[str],
+        *,
+        tools: list[str] | None = None,
+        seed: int = 0,
+        state_tool: str | None = None,
+        state_args: dict[str, Any] | None = None,
+        state_resource: str | None = None,
+        examples: str | None = None,
+        lose: Literal["drop", "crash"] = "drop",
+        probe: Literal["ebpf"] | None = None,
+        fail_on: Literal["info", "low", "medium", "high", "never"] = "medium",
+        max_calls: int = 100,
+        dry_run: bool = True,
+        confirm_destructive: bool = False,
+        call_destructive_tools: bool = False,
+    ) -> AuditRun:
+        """Audit a server's tools as `mcpfault audit` does: call each, lose its reply, retry, and grade
+        (lying hints, not idempotent, retry-safe). A dry run (the default) lists the tools and says what it
+        would call; it calls them only with dry_run=false and confirm_destructive=true, and calls tools
+        annotated destructive only with call_destructive_tools=true too. The server runs in a new directory
+        under audits/ of the work directory. Use it against staging, never against production data."""
+        from mcpfault.api import audit
+
+        if (
+            not isinstance(server_command, list)
+            or not server_command
+            or not all(isinstance(part, str) and part for part in server_command)
+        ):
+            raise ToolError(
+                "server_command: give the server's argv as a list of strings, e.g. ['python', '/abs/server.py']"
+            )
+        if not isinstance(max_calls, int) or not 1 <= max_calls <= MAX_AUDIT_CALLS:
+            raise ToolError(f"max_calls {max_calls!r}: give an integer in [1, {MAX_AUDIT_CALLS}]")
+        act = _confirmed(dry_run, confirm_destructive)
+        out_dir = workdir() / "audits" / f"audit-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.monotonic_ns()}"
+        examples_file = confine(examples, must_exist=True) if examples is not None else None
+
+        def perform() -> Any:
+            return audit(
+                server_command,
+                tools=tools or ("*",),
+                seed=seed,
+                state_tool=state_tool,
+                state_args=state_args,
+                state_resource=state_resource,
+                examples=examples_file,
+                lose=lose,
+                probe=probe,
+                fail_on=fail_on,
+                max_calls=max_calls,
+                max_time_s=MAX_AUDIT_S,
+                confirm=act,
+                confirm_destructive=act and call_destructive_tools,
+                out=out_dir,
+            )
+
+        try:
+            with anyio.fail_after(MAX_AUDIT_S + 120):
+                outcome = await anyio.to_thread.run_sync(perform)
+        except MCPFaultError as exc:
+            raise ToolError(f"the audit did not run: {exc}") from None
+        summary = [
+            {
+                "name": t["name"],
+                "not_called": t["not_called"],
+                "retry_safe": t.get("retry_safe"),
+                "findings": [f"{f['kind']} ({f['severity']}): {f['message']}" for f in t.get("findings", [])],
+            }
+            for t in outcome.document["tools"]
+        ]
+        if outcome.dry_run:
+            message = "dry run: nothing was called; call again with dry_run=false and confirm_destructive=true"
+        else:
+            message = f"audited: {'passed' if outcome.passed else 'FAILED'} (fail_on {fail_on})"
+        return {
+            "dry_run": outcome.dry_run,
+            "passed": None if outcome.dry_run else outcome.passed,
+            "message": message,
+            "plan": outcome.plan,
+            "tools": summary,
+            "audit_json": _relative(outcome.audit_json) if outcome.audit_json is not None else None,
+            "undo": "the server ran in its own directory (see audit_json); what it did outside it, it did for real",
+        }
 
     @server.prompt(title="Test this server under faults")
     def test_server_under_faults(server_command: str, profile: str = "mixed") -> str:

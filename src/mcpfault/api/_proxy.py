@@ -71,6 +71,8 @@ class Proxy:
     starts: a ``ProfileError`` lists every problem. ``transport="http"`` serves Streamable HTTP;
     ``upstream`` (HTTP only) puts the proxy in front of a server's URL instead of a command.
     ``env`` is added to the HTTP proxy process's environment (a stdio launch has the agent's).
+    ``probe`` (``"ebpf"``, root; or ``"fake:EVENTS.json"``) records each tool call's side effects, as
+    ``mcpfault proxy --probe``, with ``probe_policy`` (a TOML file) saying where the server may write.
     """
 
     def __init__(
@@ -86,6 +88,8 @@ class Proxy:
         env: Mapping[str, str] | None = None,
         start_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
+        probe: str | None = None,
+        probe_policy: str | os.PathLike[str] | None = None,
     ) -> None:
         if transport not in ("stdio", "http"):
             raise UsageError(f"transport {transport!r}: give 'stdio' or 'http'")
@@ -106,6 +110,9 @@ class Proxy:
         self._want_control = control
         self._env = dict(env) if env is not None else None
         self._start_timeout_s = start_timeout_s
+        self._probe = [] if probe is None else ["--probe", str(probe)]
+        if probe_policy is not None:
+            self._probe += ["--probe-policy", os.fspath(probe_policy)]
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -141,6 +148,7 @@ class Proxy:
         base += ["--events", str(self.events_path), "--spans", str(self.spans_path)]
         if self.seed is not None:
             base += ["--seed", str(int(self.seed))]
+        base += self._probe
         if self.transport == "stdio":
             if self._want_control:
                 self.control_url = f"http://127.0.0.1:{_free_port()}"
