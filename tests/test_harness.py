@@ -53,10 +53,13 @@ def incidents(count: int) -> list[TaskSpec]:
 LOST_FIRST_INCIDENT = '[[faults]]\ntype = "timeout"\ntools = ["open_incident"]\nlimit = 1\n'
 
 
-def test_naive_fails_loudly_after_a_lost_write_response(tmp_path):
+def test_naive_raises_after_a_lost_write_response_and_the_write_is_there(tmp_path):
     records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "naive", incidents(2))
-    assert [r.outcome for r in records] == ["failed_detected", "success"]
-    assert records[0].failure == "timeout" and records[0].fault_types == ("timeout",)
+    # It raised a timeout, but the server created the incident: a write the agent said failed is
+    # silent, not detected (analysis.judge), and the record keeps what it raised.
+    assert [r.outcome for r in records] == ["failed_silent", "success"]
+    assert records[0].failure == "write_denied" and "timeout" in records[0].detail
+    assert records[0].fault_types == ("timeout",)
     assert records[0].duplicates == 0  # the server acted once; the agent just never heard
 
 
@@ -77,7 +80,9 @@ def test_idempotency_key_makes_the_retry_safe(tmp_path):
 
 def test_without_idempotency_keys_resilient_does_not_retry_a_write(tmp_path):
     records = session(tmp_path, write_profile(tmp_path, LOST_FIRST_INCIDENT), "resilient-no-idempotency", incidents(1))
-    assert records[0].outcome == "failed_detected" and records[0].duplicates == 0
+    # No retry, so no duplicate; but the write it raised about is on the server.
+    assert records[0].outcome == "failed_silent" and records[0].duplicates == 0
+    assert records[0].failure == "write_denied"
 
 
 STALE_SECOND_READ = '[[faults]]\ntype = "stale"\ntools = ["get_device_status"]\nafter = 1\nlimit = 1\n'
@@ -109,9 +114,12 @@ def test_renamed_fields_fool_naive_code_and_reconciliation_maps_them_back(tmp_pa
     naive = session(tmp_path, drift, "naive", specs)
     expected_unhealthy = [d for d in WORLD.device_ids(WORLD.site_ids()[0]) if WORLD.device(d).status != "ok"]
     # site_triage reads .get("status"): renamed away, every device looks healthy.
-    assert naive[0].outcome == ("failed_silent" if expected_unhealthy else "recovered")
+    assert naive[0].outcome == ("failed_silent" if expected_unhealthy else "success")
     assert naive[1].outcome == "failed_detected" and naive[1].failure == "task_crashed"
-    assert [r.outcome for r in session(tmp_path, drift, "resilient", specs)] == ["recovered", "recovered"]
+    # Resilient lists tools first and so knows the renamed schema before any answer: it maps the fields
+    # back without a request after the fault, which is absorbed (success), not a recovery.
+    resilient = session(tmp_path, drift, "resilient", specs)
+    assert [(r.outcome, r.absorbed) for r in resilient] == [("success", True), ("success", True)]
 
 
 def test_a_server_that_dies_mid_run_ends_the_session_with_a_clear_error_and_keeps_results(tmp_path):

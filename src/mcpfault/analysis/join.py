@@ -55,15 +55,26 @@ class Sent(NamedTuple):
     number: int  # which try of the agent's logical call
 
 
-def acted_after(sent: Iterable[Sent], since: float) -> bool:
+def acted_after(sent: Iterable[Sent], since: float, *, rereads: bool = False) -> bool:
     """Whether the agent acted after ``since`` (the first affecting fault): a later request that is a
     retry or a re-read (a try beyond the first of a logical call: the policies re-send a read whose
     answer was stale or broken, and a write whose answer was lost) or a re-list (``tools/list``, how
     an agent reconciles with a changed server). Carrying on with the next step of the task, as a
     naive agent does, is no action: whatever the fault changed was absorbed. A request the task's
     own code sends twice (config_audit reads its resource before and after the write) is no action
-    either: the first try of each, which the code would have sent without any fault."""
-    return any(request.started > since and (request.number > 1 or request.method == "tools/list") for request in sent)
+    either: the first try of each, which the code would have sent without any fault.
+
+    ``rereads``: an agent whose every request is its own choice (the llm agent) also acts by sending a
+    request again that it sent before in the task (a new first try, reading the tool again)."""
+    seen: set[tuple[str, str | None]] = set()
+    for request in sorted(sent, key=lambda s: s.started):
+        key = (request.method, request.target)
+        if request.started > since and (
+            request.number > 1 or request.method == "tools/list" or (rereads and key in seen)
+        ):
+            return True
+        seen.add(key)
+    return False
 
 
 def faults_by_request(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tuple[str, str]]]:
@@ -79,7 +90,7 @@ def faults_by_request(events: Iterable[Mapping[str, Any]]) -> dict[Any, list[tup
 
 
 def touches_by_task(
-    attempts: Iterable[Mapping[str, Any]], faults: Mapping[Any, list[tuple[str, str]]]
+    attempts: Iterable[Mapping[str, Any]], faults: Mapping[Any, list[tuple[str, str]]], *, rereads: bool = False
 ) -> dict[int, Touch]:
     """Task index -> the faults its attempts met, in the order they were sent."""
     touches: dict[int, Touch] = {}
@@ -105,7 +116,7 @@ def touches_by_task(
         touches.setdefault(task, Touch()).add(attempt["started"], attempt["request_id"], effects)
     for task, touch in touches.items():
         if touch.first_affected_at is not None:
-            touch.acted_after_affected = acted_after(sent.get(task, ()), touch.first_affected_at)
+            touch.acted_after_affected = acted_after(sent.get(task, ()), touch.first_affected_at, rereads=rereads)
     return touches
 
 

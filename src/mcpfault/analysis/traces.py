@@ -201,7 +201,9 @@ class TaskTrace:
         """Incidents created beyond the first: a write that ran twice."""
         return max(0, len(self.incidents_created) - 1)
 
-    def touch(self, reads: TaskReads | None = None, revisions: Revisions | None = None) -> Touch | None:
+    def touch(
+        self, reads: TaskReads | None = None, revisions: Revisions | None = None, *, rereads: bool = False
+    ) -> Touch | None:
         """The faults that reached the task's tool calls, or None when none did.
 
         Times are Unix seconds: ``first_fault_at`` the start of the first faulted attempt (and
@@ -224,7 +226,7 @@ class TaskTrace:
             touch.add(started / 1e9, attempt.request_id, attempt.effects(view, reads))
         if touch is not None and touch.first_affected_at is not None:
             sent = [Sent(a.span.start_unix_nano / 1e9, a.method, a.target, a.number) for a in self.attempts]
-            touch.acted_after_affected = acted_after(sent, touch.first_affected_at)
+            touch.acted_after_affected = acted_after(sent, touch.first_affected_at, rereads=rereads)
         return touch
 
     @property
@@ -335,12 +337,14 @@ def touches(
     tasks: Mapping[int, TaskTrace],
     reads: Mapping[int, TaskReads] | None = None,
     revisions: Revisions | None = None,
+    *,
+    rereads: bool = False,
 ) -> dict[int, Touch]:
     """Task index -> the faults that reached it, for the tasks a fault reached (as ``join.touches_by_task``).
 
     ``reads`` (per task) and ``revisions`` decide which of them changed what the client received.
     """
-    found = {index: trace.touch((reads or {}).get(index), revisions) for index, trace in tasks.items()}
+    found = {index: trace.touch((reads or {}).get(index), revisions, rereads=rereads) for index, trace in tasks.items()}
     return {index: touch for index, touch in found.items() if touch is not None}
 
 

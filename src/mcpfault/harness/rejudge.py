@@ -71,7 +71,8 @@ def rejudge_session(directory: Path) -> list[TaskRecord]:
         server_command=tuple(server_command) if server_command is not None else None,
     )
     spans = traces.read_session_spans(directory) if plan.traces else None
-    judged = judge_session(plan, World.generate(plan.world_seed), runs, attempts, spans)
+    rereads = bool(described.get("rereads", False))
+    judged = judge_session(plan, World.generate(plan.world_seed), runs, attempts, spans, rereads=rereads)
     return [dataclasses.replace(r, trial=plan.trial, transport=plan.transport) for r in judged.records]
 
 

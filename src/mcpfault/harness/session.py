@@ -464,6 +464,8 @@ def judge_session(
     runs: Sequence[TaskRun],
     attempts: Sequence[dict[str, Any]],
     spans: traces.SessionSpans | None = None,
+    *,
+    rereads: bool | None = None,
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
     events = read_events(plan.out_dir / "events.jsonl")
@@ -475,14 +477,16 @@ def judge_session(
             f"{state_path}: the mock server's final state is missing or unreadable ({exc}); "
             "without it the session's writes cannot be judged; see proxy.log beside it"
         ) from None
-    by_request = touches_by_task(attempts, faults_by_request(events))
+    # The llm agent's every request is its own choice: sending one again is a re-read (analysis.join.acted_after).
+    rereads = plan.llm is not None if rereads is None else rereads
+    by_request = touches_by_task(attempts, faults_by_request(events), rereads=rereads)
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches = by_request
     if spans is not None:
         renamed = drift_renames(plan.profile)
         changed_by = FIELDS_CHANGED_BY if plan.server_command is None else {}  # only the bundled mock's are known
         reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed, changed_by) for r in runs}
-        touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
+        touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
     probed, unjudged = (
@@ -541,6 +545,7 @@ def write_session_inputs(plan: SessionPlan, runs: Sequence[TaskRun]) -> None:
         "transport": plan.transport,
         "world_seed": plan.world_seed,
         "traces": plan.traces,
+        "rereads": plan.llm is not None,  # the llm agent: a request sent again counts as an action
         "probe": plan.probe,
         "server_command": list(plan.server_command) if plan.server_command is not None else None,
     }
