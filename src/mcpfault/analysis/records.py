@@ -11,6 +11,7 @@ from typing import Any, Literal
 Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
+OPTIONAL_FIELDS = ("answer", "expected", "agent_stderr")  # left out of as_dict() when None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,9 @@ class TaskRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None  # estimated from the price table; None for a model without a price
+    answer: Any = None  # the agent's final answer (JSON), when it gave one
+    expected: Any = None  # the ground-truth answer
+    agent_stderr: str | None = None  # an external agent's stderr, its tail (redacted)
 
     @property
     def row(self) -> str:
@@ -64,6 +68,9 @@ class TaskRecord:
         data["affected_types"] = list(self.affected_types)
         if self.model is None:
             for name in LLM_FIELDS:
+                del data[name]
+        for name in OPTIONAL_FIELDS:
+            if data[name] is None:
                 del data[name]
         return data
 

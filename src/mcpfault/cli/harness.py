@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mcpfault.cli import external_agents
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics
 from mcpfault.errors import UsageError
 
@@ -50,6 +51,7 @@ def add_parsers(commands: Any) -> None:
     )
     _task_options(run, "runs/<time>-<profile>-<agent>")
     _llm_options(run, bench=False)
+    external_agents.add_options(run, bench=False)
     run.set_defaults(handler=_run)
 
     bench = commands.add_parser(
@@ -99,6 +101,7 @@ def add_parsers(commands: Any) -> None:
     )
     _task_options(bench, "runs/<time>-bench")
     _llm_options(bench, bench=True)
+    external_agents.add_options(bench, bench=True)
     bench.set_defaults(handler=_bench)
 
     report = commands.add_parser(
@@ -286,9 +289,13 @@ def _run(args: argparse.Namespace) -> int:
     profile_path = resolve_profile(args.profile)
     loaded = profile.load(profile_path)
     llm = None
+    external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
     if args.agent == "llm":
         (llm,) = _llm_variants(args, args.model)
         agent = llm.label
+    elif external:
+        _no_llm_options(args, args.model)
+        agent = args.agent
     else:
         _no_llm_options(args, args.model)
         agent = check_agent_name(args.agent)
@@ -316,6 +323,7 @@ def _run(args: argparse.Namespace) -> int:
         otlp_endpoint=endpoint,
         llm=llm,
         probe=probe,
+        external=external[0] if external else None,
     )
     if llm is not None:
         import shlex
@@ -378,6 +386,7 @@ def _bench(args: argparse.Namespace) -> int:
     names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
+    external = external_agents.configs(args, agents, _workflows(args.workflows))
     if "llm" in agents:
         llm = _llm_variants(args, args.models)
     else:
@@ -403,6 +412,7 @@ def _bench(args: argparse.Namespace) -> int:
         era=args.era,
         # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
         http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
+        external=external,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
