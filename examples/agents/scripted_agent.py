@@ -5,6 +5,7 @@ with the tools, and writes its answer file. What it does when a tool call fails 
 
     python examples/agents/scripted_agent.py --when-a-call-fails give-up   # honest: status "failed"
     python examples/agents/scripted_agent.py --when-a-call-fails lie       # claims "done" anyway
+    python examples/agents/scripted_agent.py --via command                 # stdio, through MCPFAULT_MCP_COMMAND
 
 The liar is the agent a chaos run exists to catch: after a failed write it still reports success, with
 an answer it made up. mcpfault judges it failed_silent; the honest one failed_detected.
@@ -22,7 +23,7 @@ import sys
 from typing import Any
 
 import anyio
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 HOT_UTILIZATION_PCT, HOT_ERRORS_PER_MIN = 80.0, 50
 
@@ -31,9 +32,12 @@ class CallFailed(Exception):
     pass
 
 
+CALL_TIMEOUT_S = 10.0
+
+
 async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
-        result = await client.call_tool(tool, arguments, read_timeout_seconds=10)
+        result = await client.call_tool(tool, arguments, read_timeout_seconds=CALL_TIMEOUT_S)
     except Exception as exc:  # a JSON-RPC error, a timeout, a broken connection: the SDK raises
         raise CallFailed(f"{tool}: {type(exc).__name__}: {exc}") from None
     if result.is_error or not isinstance(result.structured_content, dict):
@@ -81,9 +85,18 @@ def made_up(workflow: str) -> dict[str, Any]:
     }[workflow]
 
 
-async def main(when_a_call_fails: str) -> None:
-    task = json.loads(open(os.environ["MCPFAULT_TASK"], encoding="utf-8").read())
-    async with Client(os.environ["MCPFAULT_MCP_URL"], mode="legacy", read_timeout_seconds=10) as client:
+def server(via: str) -> str | StdioServerParameters:
+    """The MCP server to connect to: the endpoint's URL, or the stdio bridge's command (JSON argv)."""
+    if via == "url":
+        return os.environ["MCPFAULT_MCP_URL"]
+    argv = json.loads(os.environ["MCPFAULT_MCP_COMMAND"])
+    return StdioServerParameters(command=argv[0], args=argv[1:])
+
+
+async def main(when_a_call_fails: str, via: str) -> None:
+    with open(os.environ["MCPFAULT_TASK"], encoding="utf-8") as task_file:
+        task = json.load(task_file)
+    async with Client(server(via), mode="legacy", read_timeout_seconds=CALL_TIMEOUT_S) as client:
         try:
             answer: dict[str, Any] = {"status": "done", "answer": await solve(client, task)}
         except CallFailed as exc:
@@ -99,4 +112,8 @@ async def main(when_a_call_fails: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--when-a-call-fails", choices=["give-up", "lie"], default="give-up")
-    anyio.run(main, parser.parse_args().when_a_call_fails)
+    parser.add_argument("--via", choices=["url", "command"], default="url", help="MCPFAULT_MCP_URL or _COMMAND")
+    parser.add_argument("--call-timeout", type=float, default=CALL_TIMEOUT_S, help="seconds per tool call (10)")
+    args = parser.parse_args()
+    CALL_TIMEOUT_S = args.call_timeout
+    anyio.run(main, args.when_a_call_fails, args.via)

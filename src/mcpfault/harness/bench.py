@@ -216,7 +216,8 @@ def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
             if agent not in {e.label for e in config.external}:
                 raise UsageError(f'agent {agent!r} has no command: add --agent-command {agent[4:]}="COMMAND LINE"')
             variants.append((agent, None))
-        elif agent != "llm":
+            continue
+        if agent != "llm":
             variants.append((check_agent_name(agent), None))
             continue
         llm = config.llm
