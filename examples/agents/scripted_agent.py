@@ -77,12 +77,13 @@ async def solve(client: Client, task: dict[str, Any]) -> dict[str, Any]:
 
 def made_up(workflow: str) -> dict[str, Any]:
     """What the liar claims when it could not do the task."""
-    return {
+    claims: dict[str, dict[str, Any]] = {
         "site_triage": {"unhealthy_devices": []},
         "interface_check": {"hot_interfaces": []},
         "maintenance_roundtrip": {"confirmed": True},
         "open_incident": {"incident_id": "INC-0000"},
-    }[workflow]
+    }
+    return claims[workflow]
 
 
 def server(via: str) -> str | StdioServerParameters:
