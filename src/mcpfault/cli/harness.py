@@ -178,7 +178,12 @@ def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
             "--models", "--model", dest="models", metavar="A,B", help="comma-separated models for the llm agent"
         )
     else:
-        group.add_argument("--model", metavar="NAME", help="the model of the llm agent (default claude-sonnet-4-5)")
+        group.add_argument(
+            "--model",
+            metavar="NAME",
+            help="the model of the llm agent: anthropic:MODEL (a bare name is Anthropic's) or openai:MODEL "
+            "(default claude-sonnet-4-5)",
+        )
     group.add_argument(
         "--reliability-hints",
         nargs="?",
@@ -189,6 +194,15 @@ def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
         + ("; both: run every model with and without" if bench else ""),
     )
     group.add_argument("--max-turns", type=int, default=24, help="model turns per task (24)")
+    group.add_argument(
+        "--llm-base-url",
+        metavar="URL",
+        help="the model API's base URL (an OpenAI-compatible server for openai:MODEL: vLLM, Ollama, llama.cpp, "
+        "LiteLLM, mcpfault fake-llm); default OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the provider's",
+    )
+    group.add_argument(
+        "--llm-price", metavar="IN,OUT", help="USD per million input and output tokens, over the price table (0,0)"
+    )
     group.add_argument("--record", type=Path, metavar="DIR", help="save every model exchange under DIR")
     group.add_argument("--replay", type=Path, metavar="DIR", help="answer from a recording: no API, no key")
 
@@ -197,13 +211,23 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     """The llm agent's model variants (model x hints), checked before any work: SDK, key, directories."""
     from mcpfault.harness.agents.llm.agent import LLMConfig, check_config
     from mcpfault.harness.agents.llm.backend import DEFAULT_MODEL
+    from mcpfault.harness.agents.llm.prices import parse_price
 
     models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
     if not models:
         raise UsageError("--models: give at least one model name")
     hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
+    price = parse_price(args.llm_price) if args.llm_price is not None else None
     variants = tuple(
-        LLMConfig(model=m, hints=h, max_turns=args.max_turns, record_dir=args.record, replay_dir=args.replay)
+        LLMConfig(
+            model=m,
+            hints=h,
+            max_turns=args.max_turns,
+            record_dir=args.record,
+            replay_dir=args.replay,
+            base_url=args.llm_base_url,
+            price=price,
+        )
         for m in models
         for h in hints
     )
@@ -220,6 +244,8 @@ def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None
             ("--record", args.record),
             ("--replay", args.replay),
             ("--reliability-hints", args.reliability_hints != "off" or None),
+            ("--llm-base-url", args.llm_base_url),
+            ("--llm-price", args.llm_price),
         )
         if value is not None
     ]

@@ -84,7 +84,8 @@ def chat_request_to_messages(request: Mapping[str, Any]) -> dict[str, Any]:
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict):
             schema = function.get("parameters") or {"type": "object"}
-            tools.append({"name": function.get("name"), "description": function.get("description", ""), "input_schema": schema})
+            description = function.get("description", "")
+            tools.append({"name": function.get("name"), "description": description, "input_schema": schema})
     return {"model": request.get("model", ""), "system": "\n\n".join(system), "messages": out, "tools": tools}
 
 
