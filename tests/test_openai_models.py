@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from mcpfault.errors import UsageError
 from mcpfault.harness.agents.external import ExternalConfig
@@ -36,7 +37,7 @@ WORLD = World.generate(0)
 DEVICE = WORLD.device_ids()[0]
 SECRET = "sk-proj-test-0123456789-DO-NOT-LEAK"
 SPEC = TaskSpec(0, "interface_check", DEVICE, "task-o-0")
-METRICS_TOOL = {
+METRICS_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_interface_metrics",
@@ -72,6 +73,11 @@ def fake_llm() -> Iterator[str]:
         assert process.wait(timeout=10) == 0
 
 
+def function_calls(completion: ChatCompletion) -> list[ChatCompletionMessageFunctionToolCall]:
+    calls = completion.choices[0].message.tool_calls or []
+    return [c for c in calls if isinstance(c, ChatCompletionMessageFunctionToolCall)]
+
+
 def answer_tool(workflow: str) -> dict[str, Any]:
     return {
         "type": "function",
@@ -85,7 +91,7 @@ def test_fake_llm_speaks_chat_completions_to_the_openai_sdk(fake_llm):
     tools: Any = [METRICS_TOOL, answer_tool(SPEC.workflow)]
     first = client.chat.completions.create(model="whatever-model-name", messages=messages, tools=tools)
     assert first.model == "whatever-model-name" and first.choices[0].finish_reason == "tool_calls"
-    (call,) = first.choices[0].message.tool_calls or []
+    (call,) = function_calls(first)
     assert call.function.name == "get_interface_metrics"
     assert json.loads(call.function.arguments) == {"device_id": DEVICE}
     assert first.usage is not None and first.usage.prompt_tokens > 0 and first.usage.completion_tokens > 0
@@ -95,7 +101,7 @@ def test_fake_llm_speaks_chat_completions_to_the_openai_sdk(fake_llm):
         {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"interfaces": interfaces})},
     ]
     second = client.chat.completions.create(model="x", messages=messages, tools=tools)
-    (answer,) = second.choices[0].message.tool_calls or []
+    (answer,) = function_calls(second)
     assert answer.function.name == prompts.ANSWER_TOOL
     assert json.loads(answer.function.arguments) == {"hot_interfaces": ["eth0"]}
 
@@ -106,13 +112,13 @@ def test_a_failed_tool_result_is_text_and_the_gives_up_model_reports_failure(fak
     tools: Any = [METRICS_TOOL, answer_tool(SPEC.workflow), failure_tool]
     messages: list[Any] = [{"role": "user", "content": prompts.task_prompt(SPEC)}]
     first = client.chat.completions.create(model="fake-gives-up", messages=messages, tools=tools)
-    (call,) = first.choices[0].message.tool_calls or []
+    (call,) = function_calls(first)
     messages += [
         first.choices[0].message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": "ERROR: JSON-RPC error -32603: Internal error"},
     ]
     second = client.chat.completions.create(model="fake-gives-up", messages=messages, tools=tools)
-    (gave_up,) = second.choices[0].message.tool_calls or []
+    (gave_up,) = function_calls(second)
     assert gave_up.function.name == prompts.FAILURE_TOOL and "Internal error" in gave_up.function.arguments
 
 

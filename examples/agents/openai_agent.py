@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 MAX_TURNS = 24
 
@@ -57,7 +58,7 @@ async def main(via: str) -> None:
     answer: dict[str, Any] = {"status": "failed", "reason": f"no answer in {MAX_TURNS} turns"}
     async with Client(server(via), mode="legacy", read_timeout_seconds=10) as client:
         listing = await client.list_tools()
-        tools = [function(t.name, t.description or t.name, dict(t.input_schema)) for t in listing.tools]
+        tools: list[Any] = [function(t.name, t.description or t.name, dict(t.input_schema)) for t in listing.tools]
         tools.append(function(task["answer_tool"], "Submit the final answer, once, when done.", task["answer_schema"]))
         reason = {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}
         tools.append(function(task["failure_tool"], "Report that the task cannot be completed, and why.", reason))
@@ -76,6 +77,8 @@ async def main(via: str) -> None:
                 continue
             done = False
             for call in message.tool_calls:  # parallel tool calls: each gets its own result
+                if not isinstance(call, ChatCompletionMessageFunctionToolCall):
+                    continue  # a custom (non-function) tool call: this agent offers none
                 arguments = json.loads(call.function.arguments or "{}")
                 if call.function.name == task["answer_tool"]:
                     answer, done = {"status": "done", "answer": arguments}, True

@@ -70,7 +70,11 @@ def chat_request_to_messages(request: Mapping[str, Any]) -> dict[str, Any]:
             out.append({"role": "assistant", "content": blocks})
         elif role == "tool":
             text = _text(message.get("content"))
-            result = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id")), "content": text}
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": str(message.get("tool_call_id")),
+                "content": text,
+            }
             if not _is_json(text):  # ERROR: ..., or any text that is not a result
                 result = {**result, "content": text.removeprefix(ERROR_PREFIX), "is_error": True}
             if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
