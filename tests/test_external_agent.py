@@ -217,3 +217,34 @@ def test_command_line_mistakes_are_refused_before_any_work(tmp_path):
     assert "tool workflows only" in refused(
         "run", "--agent", "cmd:a", "--agent-command", "x", "--workflows", "config_audit"
     )
+
+
+def test_the_pytest_fixture_runs_the_example_ci_test_and_the_api_catches_a_liar(tmp_path):
+    example = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "examples" / "agents" / "test_never_silent.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert example.returncode == 0, example.stdout + example.stderr
+    assert "1 passed" in example.stdout
+    from mcpfault.api import agent_bench
+
+    run = agent_bench(
+        [PYTHON, SCRIPTED, "--when-a-call-fails", "lie"],
+        profile=ROOT / "examples" / "agents" / "failed_writes.toml",
+        tasks=4,
+        out_dir=tmp_path / "liar",
+    )
+    assert [t.workflow for t in run.silent] == ["maintenance_roundtrip", "open_incident"]
+    assert run.counts() == {"success": 2, "failed_silent": 2} and len(run) == 4
+    assert run[3].answer == {"incident_id": "INC-0000"} and run.out_dir == tmp_path / "liar"

@@ -14,6 +14,7 @@ Proxy                 a proxy with a profile in front of a command (context mana
 Control               a client of a live proxy's control API (what ``mcpfault ctl`` uses)
 run_experiment(path)  perform an experiment file; its ExperimentOutcome (verdict, state, exit code)
 task_outcomes(dir)    tasks by outcome in a finished bench run directory
+agent_bench(argv)     your agent (the MCPFAULT_* contract) on N tasks under a profile: an AgentRun of TaskOutcomes
 InjectedFault         one injected fault: type, mode, rule, method, tool, request id, span id
 SpanView              one span as read back from a spans file
 
@@ -36,6 +37,7 @@ Example::
         assert proxy.injected("error") >= 1
 """
 
+from mcpfault.api._agents import AgentRun, TaskOutcome, agent_bench
 from mcpfault.api._experiments import run_experiment
 from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
 from mcpfault.api._runs import task_outcomes
@@ -56,6 +58,10 @@ __all__ = [
     "run_experiment",
     "ExperimentOutcome",
     "task_outcomes",
+    # your agent, judged
+    "agent_bench",
+    "AgentRun",
+    "TaskOutcome",
     # errors
     "MCPFaultError",
     "ProfileError",
