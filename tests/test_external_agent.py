@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -248,3 +249,45 @@ def test_the_pytest_fixture_runs_the_example_ci_test_and_the_api_catches_a_liar(
     assert [t.workflow for t in run.silent] == ["maintenance_roundtrip", "open_incident"]
     assert run.counts() == {"success": 2, "failed_silent": 2} and len(run) == 4
     assert run[3].answer == {"incident_id": "INC-0000"} and run.out_dir == tmp_path / "liar"
+
+
+def experiment_file(tmp_path: Path, when_a_call_fails: str) -> Path:
+    text = (ROOT / "experiments" / "your-agent-writes-fail.toml").read_text()
+    command = json.dumps([PYTHON, SCRIPTED, "--when-a-call-fails", when_a_call_fails])
+    text = text.replace(
+        'command = ["python", "examples/agents/scripted_agent.py", "--when-a-call-fails", "give-up"]',
+        f"command = {command}",
+    )
+    return write_profile(tmp_path, text, f"{when_a_call_fails}.toml")
+
+
+def test_an_experiments_load_can_be_your_agent(tmp_path):
+    def experiment(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PYTHON, "-m", "mcpfault", "experiment", "run", str(path), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    honest = experiment(experiment_file(tmp_path, "give-up"), tmp_path / "honest")
+    assert honest.returncode == 0, honest.stdout + honest.stderr
+    liar = experiment(experiment_file(tmp_path, "lie"), tmp_path / "liar")
+    assert liar.returncode == 1, liar.stdout + liar.stderr
+    outcome = json.loads((tmp_path / "liar" / "outcome.json").read_text())
+    assert (
+        outcome["verdict"] == "deviated: no silent failures (during)"
+        and outcome["hypothesis"]["no silent failures"]["during"] > 0
+    )
+    assert list((tmp_path / "liar" / "agent").glob("answer-*.json"))  # the load was the external agent
+
+
+def test_an_experiments_external_load_needs_its_command(tmp_path):
+    text = (ROOT / "experiments" / "your-agent-writes-fail.toml").read_text()
+    path = write_profile(
+        tmp_path, "\n".join(line for line in text.splitlines() if not line.startswith("command")), "x.toml"
+    )
+    done = subprocess.run(
+        [PYTHON, "-m", "mcpfault", "experiment", "validate", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "load.command" in done.stdout + done.stderr
