@@ -33,7 +33,8 @@ def add_parsers(commands: Any) -> None:
     run.add_argument(
         "--agent",
         default="naive",
-        help="naive, retry-only, resilient, resilient-no-<mechanism>, or llm (a model) (default naive)",
+        help="naive, retry-only, resilient, resilient-no-<mechanism>, llm (a model), or cmd:NAME (your agent, with "
+        "--agent-command) (default naive)",
     )
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
     run.add_argument(
@@ -69,7 +70,8 @@ def add_parsers(commands: Any) -> None:
     )
     bench.add_argument(
         "--agents",
-        help="comma-separated agent names; llm for the models of --models (default: naive,retry-only,resilient)",
+        help="comma-separated agent names; llm for the models of --models; cmd:NAME for your agent (with "
+        "--agent-command NAME=...) (default: naive,retry-only,resilient)",
     )
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
