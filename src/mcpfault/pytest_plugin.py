@@ -3,6 +3,9 @@
 - ``mcpfault_proxy``: a fixture factory. ``mcpfault_proxy(profile=NAME | PATH | dict, command=[...],
   transport="stdio" | "http")`` returns a started ``mcpfault.api.Proxy``; every proxy it made stops
   at the test's teardown. ``command`` defaults to the bundled mock server.
+- ``mcpfault_bench``: your agent under faults. ``mcpfault_bench(agent_command=[...], profile=..., tasks=N)``
+  runs the command as an external agent (the ``MCPFAULT_*`` contract, README "Your agent") on N tasks
+  and returns the judged outcomes (``mcpfault.api.AgentRun``): ``assert not run.silent``.
 - ``@pytest.mark.mcpfault(profile=..., seed=...)``: the defaults of the proxies a test makes.
 - ``--mcpfault-seed N``: the seed of every proxy of the run (to replay a failure CI reported); it
   wins over the marker's seed, which wins over the profile's.
@@ -89,6 +92,31 @@ def mcpfault_proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     finally:
         for proxy in made:
             proxy.close()
+
+
+@pytest.fixture
+def mcpfault_bench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
+    """``mcpfault_bench(agent_command=[...], profile=..., tasks=N, ...)``: your agent's judged outcomes."""
+    from mcpfault.api import agent_bench
+
+    marker = request.node.get_closest_marker(MARKER)
+    defaults: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    option_seed = request.config.getoption("--mcpfault-seed")
+
+    def bench(
+        agent_command: Sequence[str], profile: Any = None, tasks: int = 4, seed: int | None = None, **options: Any
+    ) -> Any:
+        chosen_seed = option_seed if option_seed is not None else seed if seed is not None else defaults.get("seed", 0)
+        return agent_bench(
+            agent_command,
+            profile=profile if profile is not None else defaults.get("profile", "mixed"),
+            tasks=tasks,
+            seed=chosen_seed,
+            out_dir=tmp_path_factory.mktemp("mcpfault-agent"),
+            **options,
+        )
+
+    return bench
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
+OPTIONAL_FIELDS = ("answer", "expected", "agent_stderr")  # left out of as_dict() when None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class TaskRecord:
     # A fault affected it and the answer was right, but the agent took no action after it (no retry,
     # re-read or re-list): the fault was absorbed, not recovered from (a success).
     absorbed: bool = False
+    agent_stderr: str | None = None  # an external agent's stderr, its tail (redacted)
 
     @property
     def row(self) -> str:
@@ -69,6 +71,9 @@ class TaskRecord:
         data["affected_types"] = list(self.affected_types)
         if self.model is None:
             for name in LLM_FIELDS:
+                del data[name]
+        for name in OPTIONAL_FIELDS:
+            if data[name] is None:
                 del data[name]
         return data
 

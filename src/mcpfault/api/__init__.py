@@ -15,6 +15,7 @@ Control               a client of a live proxy's control API (what ``mcpfault ct
 run_experiment(path)  perform an experiment file; its ExperimentOutcome (verdict, state, exit code)
 task_outcomes(dir)    tasks by outcome in a finished bench run directory
 audit(command)        ``mcpfault audit``: retry-safety and truthful hints per tool (a dry run unless confirm=True)
+agent_bench(argv)     your agent (the MCPFAULT_* contract) on N tasks under a profile: an AgentRun of TaskOutcomes
 InjectedFault         one injected fault: type, mode, rule, method, tool, request id, span id
 SpanView              one span as read back from a spans file
 
@@ -37,6 +38,7 @@ Example::
         assert proxy.injected("error") >= 1
 """
 
+from mcpfault.api._agents import AgentRun, TaskOutcome, agent_bench
 from mcpfault.api._audit import AuditOutcome, audit
 from mcpfault.api._experiments import run_experiment
 from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
@@ -61,6 +63,10 @@ __all__ = [
     # auditing a server's tools
     "audit",
     "AuditOutcome",
+    # your agent, judged
+    "agent_bench",
+    "AgentRun",
+    "TaskOutcome",
     # errors
     "MCPFaultError",
     "ProfileError",

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import audit, config, ctl, experiment, harness, mcp_server, probe, proxy, tools
+from mcpfault.cli import audit, config, connect, ctl, experiment, fake_llm, harness, mcp_server, probe, proxy, tools
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -73,4 +73,6 @@ def _parser() -> argparse.ArgumentParser:
     mcp_server.add_parser(commands)
     config.add_parser(commands)
     audit.add_parser(commands)
+    connect.add_parser(commands)
+    fake_llm.add_parser(commands)
     return parser

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mcpfault.cli import external_agents
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics
 from mcpfault.errors import UsageError
 
@@ -32,7 +33,8 @@ def add_parsers(commands: Any) -> None:
     run.add_argument(
         "--agent",
         default="naive",
-        help="naive, retry-only, resilient, resilient-no-<mechanism>, or llm (a model) (default naive)",
+        help="naive, retry-only, resilient, resilient-no-<mechanism>, llm (a model), or cmd:NAME (your agent, with "
+        "--agent-command) (default naive)",
     )
     run.add_argument("--tasks", type=int, default=40, help="tasks in the session (default 40)")
     run.add_argument(
@@ -50,6 +52,7 @@ def add_parsers(commands: Any) -> None:
     )
     _task_options(run, "runs/<time>-<profile>-<agent>")
     _llm_options(run, bench=False)
+    external_agents.add_options(run, bench=False)
     run.set_defaults(handler=_run)
 
     bench = commands.add_parser(
@@ -68,7 +71,8 @@ def add_parsers(commands: Any) -> None:
     )
     bench.add_argument(
         "--agents",
-        help="comma-separated agent names; llm for the models of --models (default: naive,retry-only,resilient)",
+        help="comma-separated agent names; llm for the models of --models; cmd:NAME for your agent (with "
+        "--agent-command NAME=...) (default: naive,retry-only,resilient)",
     )
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
@@ -100,6 +104,7 @@ def add_parsers(commands: Any) -> None:
     )
     _task_options(bench, "runs/<time>-bench")
     _llm_options(bench, bench=True)
+    external_agents.add_options(bench, bench=True)
     bench.set_defaults(handler=_bench)
 
     report = commands.add_parser(
@@ -186,7 +191,12 @@ def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
             "--models", "--model", dest="models", metavar="A,B", help="comma-separated models for the llm agent"
         )
     else:
-        group.add_argument("--model", metavar="NAME", help="the model of the llm agent (default claude-sonnet-4-5)")
+        group.add_argument(
+            "--model",
+            metavar="NAME",
+            help="the model of the llm agent: anthropic:MODEL (a bare name is Anthropic's) or openai:MODEL "
+            "(default claude-sonnet-4-5)",
+        )
     group.add_argument(
         "--reliability-hints",
         nargs="?",
@@ -197,6 +207,15 @@ def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
         + ("; both: run every model with and without" if bench else ""),
     )
     group.add_argument("--max-turns", type=int, default=24, help="model turns per task (24)")
+    group.add_argument(
+        "--llm-base-url",
+        metavar="URL",
+        help="the model API's base URL (an OpenAI-compatible server for openai:MODEL: vLLM, Ollama, llama.cpp, "
+        "LiteLLM, mcpfault fake-llm); default OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the provider's",
+    )
+    group.add_argument(
+        "--llm-price", metavar="IN,OUT", help="USD per million input and output tokens, over the price table (0,0)"
+    )
     group.add_argument("--record", type=Path, metavar="DIR", help="save every model exchange under DIR")
     group.add_argument("--replay", type=Path, metavar="DIR", help="answer from a recording: no API, no key")
 
@@ -205,13 +224,23 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     """The llm agent's model variants (model x hints), checked before any work: SDK, key, directories."""
     from mcpfault.harness.agents.llm.agent import LLMConfig, check_config
     from mcpfault.harness.agents.llm.backend import DEFAULT_MODEL
+    from mcpfault.harness.agents.llm.prices import parse_price
 
     models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
     if not models:
         raise UsageError("--models: give at least one model name")
     hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
+    price = parse_price(args.llm_price) if args.llm_price is not None else None
     variants = tuple(
-        LLMConfig(model=m, hints=h, max_turns=args.max_turns, record_dir=args.record, replay_dir=args.replay)
+        LLMConfig(
+            model=m,
+            hints=h,
+            max_turns=args.max_turns,
+            record_dir=args.record,
+            replay_dir=args.replay,
+            base_url=args.llm_base_url,
+            price=price,
+        )
         for m in models
         for h in hints
     )
@@ -228,6 +257,8 @@ def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None
             ("--record", args.record),
             ("--replay", args.replay),
             ("--reliability-hints", args.reliability_hints != "off" or None),
+            ("--llm-base-url", args.llm_base_url),
+            ("--llm-price", args.llm_price),
         )
         if value is not None
     ]
@@ -297,9 +328,13 @@ def _run(args: argparse.Namespace) -> int:
     profile_path = resolve_profile(args.profile)
     loaded = profile.load(profile_path)
     llm = None
+    external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
     if args.agent == "llm":
         (llm,) = _llm_variants(args, args.model)
         agent = llm.label
+    elif external:
+        _no_llm_options(args, args.model)
+        agent = args.agent
     else:
         _no_llm_options(args, args.model)
         agent = check_agent_name(args.agent)
@@ -327,6 +362,7 @@ def _run(args: argparse.Namespace) -> int:
         otlp_endpoint=endpoint,
         llm=llm,
         probe=probe,
+        external=external[0] if external else None,
     )
     if llm is not None:
         import shlex
@@ -392,6 +428,7 @@ def _bench(args: argparse.Namespace) -> int:
     names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
+    external = external_agents.configs(args, agents, _workflows(args.workflows))
     if "llm" in agents:
         llm = _llm_variants(args, args.models)
     else:
@@ -417,6 +454,7 @@ def _bench(args: argparse.Namespace) -> int:
         era=args.era,
         # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
         http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
+        external=external,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)

@@ -25,6 +25,18 @@ TASK_METRICS = ("task_success_rate", "silent_failure_rate")
 METRICS = LIVE_METRICS + TASK_METRICS
 PROCESS_ACTIONS = ("crash", "stall", "restart")
 AGENTS = ("naive", "retry-only", "resilient")
+LOAD_KEYS = (
+    "agent",
+    "pace_s",
+    "seed",
+    "warmup_s",
+    "cooldown_s",
+    "deadline_s",
+    "workflows",
+    "command",
+    "agent_timeout_s",
+    "model",
+)
 # server: the proxy profile's own [server] table (how it supervises its server), passed through as it is.
 TOP_KEYS = (
     "title",
@@ -155,6 +167,9 @@ class Load:
     cooldown_s: float = 3.0  # traffic after the method (the "after" probes' window)
     deadline_s: float = 0.5
     workflows: tuple[str, ...] = ()  # the harness's task workflows to draw from; empty: all of them
+    command: tuple[str, ...] = ()  # agent = "cmd:NAME": the command line of your agent (the MCPFAULT_* contract)
+    agent_timeout_s: float = 120.0  # an external agent's time per task
+    model: str | None = None  # agent = "llm": the model (openai:MODEL, anthropic:MODEL); None: the default
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +367,7 @@ def _load(reader: _Reader, raw: Any) -> Load | None:
     if not isinstance(raw, dict):
         reader.report("load", "expected a table: [load]")
         return None
-    reader.unknown(raw, ("agent", "pace_s", "seed", "warmup_s", "cooldown_s", "deadline_s", "workflows"), "load")
+    reader.unknown(raw, LOAD_KEYS, "load")
     from mcpfault.harness.agents.tasks import WORKFLOWS
 
     workflows = raw.get("workflows", [])
@@ -360,8 +375,7 @@ def _load(reader: _Reader, raw: Any) -> Load | None:
         reader.report("load.workflows", f"got {workflows!r}; a list of: {', '.join(WORKFLOWS)}")
         workflows = []
     agent = raw.get("agent", "resilient")
-    if agent not in AGENTS:
-        reader.report("load.agent", f"got {agent!r}; one of: {', '.join(AGENTS)}")
+    command, model = _load_agent(reader, raw, agent)
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         reader.report("load.seed", f"got {seed!r}; expected an integer")
@@ -374,7 +388,37 @@ def _load(reader: _Reader, raw: Any) -> Load | None:
         cooldown_s=reader.seconds(raw, "cooldown_s", "load.cooldown_s", 3.0, positive=True),
         deadline_s=reader.seconds(raw, "deadline_s", "load.deadline_s", 0.5, positive=True),
         workflows=tuple(workflows),
+        command=command,
+        agent_timeout_s=reader.seconds(raw, "agent_timeout_s", "load.agent_timeout_s", 120.0, positive=True),
+        model=model,
     )
+
+
+def _load_agent(reader: _Reader, raw: Mapping[str, Any], agent: Any) -> tuple[tuple[str, ...], str | None]:
+    """(command, model) of the load's agent: a scripted one, llm (model = ...), or cmd:NAME (command = ...)."""
+    command = raw.get("command")
+    model = raw.get("model")
+    external = isinstance(agent, str) and agent.startswith("cmd:")
+    if not external and agent not in (*AGENTS, "llm"):
+        reader.report("load.agent", f"got {agent!r}; one of: {', '.join(AGENTS)}, llm, or cmd:NAME with a command")
+    if external:
+        import shlex
+
+        if isinstance(command, str):
+            try:
+                command = shlex.split(command)
+            except ValueError as exc:
+                reader.report("load.command", f"not a command line ({exc})")
+                command = []
+        if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+            reader.report("load.command", f'{agent} needs its command: command = ["python", "my_agent.py"]')
+            command = []
+    elif command is not None:
+        reader.report("load.command", 'is the command of an external agent: agent = "cmd:NAME"')
+    if model is not None and (agent != "llm" or not isinstance(model, str) or not model):
+        reader.report("load.model", 'is the model of agent = "llm", e.g. model = "openai:gpt-4o-mini"')
+        model = None
+    return tuple(command or ()), model
 
 
 def _probe(reader: _Reader, raw: Mapping[str, Any], where: str, *, stop: bool = False) -> ProbeSpec | None:

@@ -119,10 +119,13 @@ class _Target:
         assert load is not None
         world = World.generate(load.seed)
         count = int(self.plan.total_s / max(load.pace_s, 0.01)) * 2 + 50  # an upper bound: stop_when ends it
+        agent, external, llm = _load_agent(load)
         session = SessionPlan(
             profile=self._profile,
             profile_name="experiment",
-            agent=load.agent,
+            agent=agent,
+            external=external,
+            llm=llm,
             tasks=tuple(plan_tasks(world, count, load.seed, workflows=load.workflows or WORKFLOWS)),
             out_dir=self.out_dir,
             world_seed=load.seed,
@@ -431,3 +434,19 @@ async def run(plan: Plan, out_dir: Path, echo: Callable[[str], None] = print) ->
     outcome = await _Run(plan, out_dir, echo).run()
     report.write(plan, outcome, out_dir)
     return outcome
+
+
+def _load_agent(load: Any) -> tuple[str, Any, Any]:
+    """(agent label, external config, llm config) of the load: your agent (cmd:NAME), the llm agent, or a policy."""
+    if load.agent.startswith("cmd:"):
+        from mcpfault.harness.agents.external import ExternalConfig
+
+        return load.agent, ExternalConfig(load.agent.removeprefix("cmd:"), load.command, load.agent_timeout_s), None
+    if load.agent == "llm":
+        from mcpfault.harness.agents.llm.agent import LLMConfig, check_config
+        from mcpfault.harness.agents.llm.backend import DEFAULT_MODEL
+
+        config = LLMConfig(model=load.model or DEFAULT_MODEL)
+        check_config(config)
+        return config.label, None, config
+    return load.agent, None, None

@@ -33,6 +33,7 @@ from mcpfault.mock.world import World
 from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO, TRANSPORTS
 
 if TYPE_CHECKING:
+    from mcpfault.harness.agents.external import ExternalConfig
     from mcpfault.harness.agents.llm.agent import LLMConfig
 
 DEFAULT_PROFILES = GENTLE_PROFILES
@@ -67,6 +68,7 @@ class BenchConfig:
     era: Era = "legacy"  # the client's protocol era (over HTTP: 2025-11-25 sessions, or 2026-07-28 stateless)
     # Profiles only the HTTP transport runs (bench --transport http or both adds `http`); stdio skips them.
     http_only: tuple[Path, ...] = ()
+    external: tuple[ExternalConfig, ...] = ()  # what each cmd:NAME among the agents runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
     if config.trials < 1:
         raise UsageError(f"--trials {config.trials}: give at least 1")
     plans = []
+    externals = {e.label: e for e in config.external}
     for transport, profile_path in _transport_profiles(config):
         loaded = profiles.load(profile_path)  # refuses an invalid profile before anything starts
         for agent, llm in _agent_variants(config):
@@ -156,6 +159,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             profile_name=loaded.name,
                             agent=agent,
                             llm=llm,
+                            external=externals.get(agent),
                             tasks=tuple(chunk),
                             out_dir=(cell_dir / f"t{trial:02d}" if config.trials > 1 else cell_dir) / f"s{session:03d}",
                             world_seed=config.seed,
@@ -208,6 +212,11 @@ def _agent_variants(config: BenchConfig) -> list[tuple[str, LLMConfig | None]]:
     """(agent label, its model variant): scripted agents as named, "llm" once per model variant."""
     variants: list[tuple[str, LLMConfig | None]] = []
     for agent in config.agents:
+        if agent.startswith("cmd:"):  # an external agent: its config comes with the plan (config.external)
+            if agent not in {e.label for e in config.external}:
+                raise UsageError(f'agent {agent!r} has no command: add --agent-command {agent[4:]}="COMMAND LINE"')
+            variants.append((agent, None))
+            continue
         if agent != "llm":
             variants.append((check_agent_name(agent), None))
             continue

@@ -62,11 +62,13 @@ from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO
 from mcpfault.telemetry.tracing import SpanLink, SpanView, configure_tracing
 
 if TYPE_CHECKING:
+    from mcpfault.harness.agents.external import ExternalConfig
     from mcpfault.harness.agents.llm.agent import LLMConfig
 
 SERVER_JOURNAL = "server-journal.jsonl"  # the mock's state changes, in the session directory it works in
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+AGENT_SPANS = "agent-spans.jsonl"  # an external agent's own spans (harness.otlp_receiver writes them)
 STATE_FILE = "server-state.json"  # the mock's final state, which the judge reads
 
 
@@ -91,6 +93,7 @@ class SessionPlan:
     traces: bool = True  # spans from all three processes into out_dir; the judge joins them
     otlp_endpoint: str | None = None  # also export every process's spans there over OTLP/HTTP
     llm: LLMConfig | None = None  # the llm agent's model variant (agent is then its label)
+    external: ExternalConfig | None = None  # an external agent (cmd:NAME, agent is then its label)
     # For experiments: more proxy options (--control), a pause between tasks, and when to stop early.
     proxy_args: tuple[str, ...] = ()
     pace_s: float = 0.0
@@ -272,7 +275,7 @@ async def run_session(
 ) -> SessionResult:
     """Run the plan's tasks through a fresh proxy and judge them; ``launcher`` forks the proxy (see forkserver)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (*traces.SPAN_FILES, SERVER_JOURNAL):
+    for name in (*traces.SPAN_FILES, SERVER_JOURNAL, AGENT_SPANS):
         (plan.out_dir / name).unlink(missing_ok=True)  # appended to (and replayed): a rerun starts afresh
     (plan.out_dir / STATE_FILE).unlink(missing_ok=True)  # an idle server writes its state only where none is
     result = SessionResult(plan)
@@ -299,6 +302,7 @@ async def _run_tasks(
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
     usage: dict[int, Any] | None = None
+    agent: Any = None
     log_path = plan.out_dir / "proxy.log"
     with log_path.open("wb") as proxy_log:
         tracer = trace.tracer if trace is not None else None
@@ -325,8 +329,8 @@ async def _run_tasks(
         client.span_parent = trace.context if trace is not None else None
         try:
             async with contextlib.AsyncExitStack() as stack, client:
-                await client.connect(**_connect_deadline(plan))
-                agent = await _make_agent(plan, client, trace, stack)
+                handshake = await client.connect(**_connect_deadline(plan))
+                agent = await _make_agent(plan, client, trace, stack, handshake)
                 usage = getattr(agent, "usage", None)  # the llm agent's token account, filled in as tasks run
                 await agent.start()
                 for spec in plan.tasks:
@@ -364,6 +368,10 @@ async def _run_tasks(
         result.records, result.join_mismatches = judged.records, judged.mismatches
         if usage is not None:
             result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
+        if plan.external is not None and agent is not None:
+            from mcpfault.harness.agents.external import with_agent_account
+
+            result.records = [with_agent_account(r, agent) for r in result.records]
         if plan.trial:
             result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
         if plan.transport != TRANSPORT_STDIO:
@@ -393,9 +401,17 @@ def _connect_deadline(plan: SessionPlan) -> dict[str, float]:
 
 
 async def _make_agent(
-    plan: SessionPlan, client: StdioClient, trace: SessionTrace | None, stack: contextlib.AsyncExitStack
+    plan: SessionPlan,
+    client: StdioClient,
+    trace: SessionTrace | None,
+    stack: contextlib.AsyncExitStack,
+    handshake: dict[str, Any],
 ) -> Any:
-    """The plan's agent: a scripted policy by name, or the llm agent with its model backend."""
+    """The plan's agent: a scripted policy by name, the llm agent with its model backend, or an external one."""
+    if plan.external is not None:
+        from mcpfault.harness.agents.external import start_external_agent
+
+        return await start_external_agent(plan.external, client, handshake, plan.out_dir, stack)
     if plan.llm is None:
         return make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
     from mcpfault.harness.agents.llm.agent import LLMAgent, make_backend

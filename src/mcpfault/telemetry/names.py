@@ -280,6 +280,7 @@ GEN_AI_OPERATION_CHAT: Final = "chat"  # gen_ai.operation.name of a Messages API
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_SYSTEM: Final = "gen_ai.system"  # the older name of gen_ai.provider.name, still read by many backends
 GEN_AI_PROVIDER_ANTHROPIC: Final = "anthropic"
+GEN_AI_PROVIDER_OPENAI: Final = "openai"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"

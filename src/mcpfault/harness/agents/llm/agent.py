@@ -41,6 +41,7 @@ from mcpfault.harness.agents.llm.backend import (
     ModelError,
     ModelRetryable,
     ModelUnavailable,
+    provider_of,
 )
 from mcpfault.harness.agents.llm.prices import FAKE_PREFIX, cost_usd
 from mcpfault.harness.agents.policies import TaskStats
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from mcpfault.harness.client import StdioClient
 
 AGENT_NAME: Final = "llm"
+# The GenAI conventions' gen_ai.provider.name of each --model provider.
+_PROVIDER_NAMES: Final = {"anthropic": names.GEN_AI_PROVIDER_ANTHROPIC, "openai": names.GEN_AI_PROVIDER_OPENAI}
 
 
 class ModelGaveUp(CallError):
@@ -79,7 +82,8 @@ class LLMConfig:
     max_wait_s: float = 60.0  # the longest retry-after honoured; longer waits are capped
     record_dir: Path | None = None
     replay_dir: Path | None = None
-    base_url: str | None = None  # None: the SDK's (ANTHROPIC_BASE_URL, else Anthropic's API)
+    base_url: str | None = None  # None: the SDK's (ANTHROPIC_BASE_URL or OPENAI_BASE_URL, else the provider's API)
+    price: tuple[float, float] | None = None  # --llm-price: USD per million tokens (input, output); None: the table
 
     @property
     def label(self) -> str:
@@ -93,10 +97,11 @@ class TaskUsage:
     model_calls: int = 0  # requests sent to the model, retries included
     input_tokens: int = 0
     output_tokens: int = 0
+    price: tuple[float, float] | None = None  # --llm-price, over the table's
 
     @property
     def cost_usd(self) -> float | None:
-        return cost_usd(self.model, self.input_tokens, self.output_tokens)
+        return cost_usd(self.model, self.input_tokens, self.output_tokens, self.price)
 
 
 @dataclass(slots=True)
@@ -129,7 +134,7 @@ class LLMAgent:
     def begin_task(self, spec: TaskSpec) -> None:
         self.stats = TaskStats()
         self.client.current_task = spec.index
-        self.usage[spec.index] = TaskUsage(self.config.model)
+        self.usage[spec.index] = TaskUsage(self.config.model, price=self.config.price)
         self._calls = {}
 
     async def solve(self, spec: TaskSpec) -> Any:
@@ -235,8 +240,8 @@ class LLMAgent:
 
         attributes: dict[str, Any] = {
             names.GEN_AI_OPERATION_NAME: names.GEN_AI_OPERATION_CHAT,
-            names.GEN_AI_PROVIDER_NAME: names.GEN_AI_PROVIDER_ANTHROPIC,
-            names.GEN_AI_SYSTEM: names.GEN_AI_PROVIDER_ANTHROPIC,
+            names.GEN_AI_PROVIDER_NAME: _PROVIDER_NAMES[provider_of(self.config.model)[0]],
+            names.GEN_AI_SYSTEM: _PROVIDER_NAMES[provider_of(self.config.model)[0]],
             names.GEN_AI_REQUEST_MODEL: request.model,
             names.GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
             names.LLM_TURN: turn,
@@ -260,7 +265,9 @@ class LLMAgent:
             span.set_attribute(names.GEN_AI_RESPONSE_FINISH_REASONS, [response.stop_reason])
             span.set_attribute(names.GEN_AI_USAGE_INPUT_TOKENS, response.usage.input_tokens)
             span.set_attribute(names.GEN_AI_USAGE_OUTPUT_TOKENS, response.usage.output_tokens)
-            cost = cost_usd(self.config.model, response.usage.input_tokens, response.usage.output_tokens)
+            cost = cost_usd(
+                self.config.model, response.usage.input_tokens, response.usage.output_tokens, self.config.price
+            )
             if cost is not None:
                 span.set_attribute(names.LLM_COST_USD, round(cost, 8))
         if error is not None:
@@ -305,6 +312,7 @@ class _FakeBackend:
 
 
 async def _start_fake_server(behaviour: str) -> tuple[Process, str]:
+    """The fake model in a process of its own; its base URL (it serves the Messages API and Chat Completions)."""
     command = [sys.executable, "-m", "mcpfault.harness.agents.llm.fakemodel", "--behaviour", behaviour]
     process = await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None)
     assert process.stdout is not None
@@ -328,21 +336,32 @@ async def make_backend(config: LLMConfig, *, profile: str, agent: str, session: 
     if config.replay_dir is not None:
         path = recording.session_file(config.replay_dir, profile, agent, session)
         return recording.ReplayBackend(config.replay_dir, path)
-    from mcpfault.harness.agents.llm.anthropic_backend import AnthropicBackend
-
+    provider, model = provider_of(config.model)
     backend: LLMBackend
-    if config.model.startswith(FAKE_PREFIX):
-        server, base_url = await _start_fake_server(config.model.removeprefix(FAKE_PREFIX))
+    if model.startswith(FAKE_PREFIX):
+        server, base_url = await _start_fake_server(model.removeprefix(FAKE_PREFIX))
         # Not a credential: the fake server only checks that one is sent, as the real API would.
-        sdk = AnthropicBackend(base_url=base_url, api_key="fake-model-needs-no-key")
-        backend = _FakeBackend(sdk, server)
+        sdk = _sdk_backend(provider, base_url=base_url, api_key="fake-model-needs-no-key")
+        backend = _FakeBackend(sdk, server, name=sdk.name)
     else:
-        backend = AnthropicBackend(base_url=config.base_url)
+        backend = _sdk_backend(provider, base_url=config.base_url)
     if config.record_dir is not None:
         backend = recording.RecordingBackend(
             backend, recording.session_file(config.record_dir, profile, agent, session)
         )
     return backend
+
+
+def _sdk_backend(provider: str, *, base_url: str | None, api_key: str | None = None) -> LLMBackend:
+    if provider == "openai":
+        from mcpfault.harness.agents.llm.openai_backend import OpenAIBackend
+
+        # The fake model serves Chat Completions under /v1, as OpenAI does.
+        fake_base = base_url is not None and api_key is not None
+        return OpenAIBackend(base_url=f"{base_url}/v1" if fake_base else base_url, api_key=api_key)
+    from mcpfault.harness.agents.llm.anthropic_backend import AnthropicBackend
+
+    return AnthropicBackend(base_url=base_url, api_key=api_key)
 
 
 def check_config(config: LLMConfig) -> None:
@@ -360,11 +379,24 @@ def check_config(config: LLMConfig) -> None:
                 f"--replay {config.replay_dir}: no such directory; give the --record DIR of an earlier run"
             )
         return
-    if config.model.startswith(FAKE_PREFIX):
-        behaviour = config.model.removeprefix(FAKE_PREFIX)
+    provider, model = provider_of(config.model)
+    if not model:
+        raise UsageError(f"--model {config.model}: give the model's name after {provider}:")
+    if model.startswith(FAKE_PREFIX):
+        behaviour = model.removeprefix(FAKE_PREFIX)
         if behaviour not in BEHAVIOURS:
             known = ", ".join(FAKE_PREFIX + b for b in BEHAVIOURS)
             raise UsageError(f"--model {config.model}: no such fake model; the scripted ones are {known}")
-        check_available(need_key=False)
+        if provider == "openai":
+            from mcpfault.harness.agents.llm.openai_backend import check_available as check_openai
+
+            check_openai(base_url="fake")
+        else:
+            check_available(need_key=False)
+        return
+    if provider == "openai":
+        from mcpfault.harness.agents.llm.openai_backend import check_available as check_openai
+
+        check_openai(base_url=config.base_url)
         return
     check_available(need_key=True)

@@ -19,6 +19,7 @@ from mcpfault.harness.agents.llm.backend import (
     ModelRetryable,
     ModelUnavailable,
     parse_response,
+    provider_of,
 )
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class AnthropicBackend:
         body = request.body()
         try:
             raw = await self._client.messages.with_raw_response.create(
-                model=body["model"],
+                model=provider_of(body["model"])[1],  # anthropic:claude-... is claude-...
                 max_tokens=body["max_tokens"],
                 system=body["system"],
                 messages=body["messages"],

@@ -22,7 +22,18 @@ from typing import Any, Final, Protocol
 from mcpfault.errors import CallError
 
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+# --model PROVIDER:MODEL; a bare model name is Anthropic's, as it always was.
+PROVIDERS: Final = ("anthropic", "openai")
+DEFAULT_PROVIDER: Final = "anthropic"
 STOP_REASONS: Final = frozenset({"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"})
+
+
+def provider_of(model: str) -> tuple[str, str]:
+    """(provider, the model's own name) of a --model value: ``openai:gpt-4o`` -> ("openai", "gpt-4o")."""
+    provider, sep, name = model.partition(":")
+    if sep and provider in PROVIDERS:
+        return provider, name
+    return DEFAULT_PROVIDER, model
 
 
 class ModelError(CallError):

@@ -39,6 +39,8 @@ from types import TracebackType
 from typing import Any, Final, Literal, Self
 
 BEHAVIOURS: Final = ("careful", "recovers", "gives-up", "trusting", "repeats-writes")
+# OpenAI Chat Completions, with and without the /v1 a client's base URL may carry.
+CHAT_PATHS: Final = ("/v1/chat/completions", "/chat/completions")
 HINT_MARKER: Final = "unreliable"  # the reliability hints say the connection is unreliable
 UNHEALTHY: Final = ("degraded", "down")
 MAX_REPEATS: Final = 3
@@ -393,6 +395,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
+        if self.path.split("?")[0] in CHAT_PATHS:
+            self._chat(raw)
+            return
         if self.path.split("?")[0] != "/v1/messages":
             self._error(404, "not_found_error", f"no route {self.path}")
             return
@@ -421,6 +426,44 @@ class _Handler(BaseHTTPRequestHandler):
             return
         response = reply(self.state.behaviour, body)
         self._send(200, json.dumps(response).encode(), "application/json")
+
+    def _chat(self, raw: bytes) -> None:
+        """OpenAI Chat Completions (``fake-llm``): the same policy, the same scripted faults, its wire format."""
+        from mcpfault.harness.agents.llm import openai_wire
+
+        bearer = (self.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+        if not bearer:
+            self._chat_error(401, "invalid_api_key", "an Authorization: Bearer header is required")
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._chat_error(400, "invalid_request_error", "the body is not JSON")
+            return
+        with self.state.lock:
+            self.state.requests.append(body)
+            self.state.api_keys.append(bearer)
+            fault = self.state.faults.popleft() if self.state.faults else self.state.always
+        if fault is not None:
+            if fault.body is not None:
+                self._send(fault.status, fault.body, "application/json")
+            else:
+                self._chat_error(fault.status, fault.error_type, f"scripted {fault.error_type}", fault.retry_after)
+            return
+        try:
+            request = openai_wire.chat_request_to_messages(body if isinstance(body, dict) else {})
+        except openai_wire.WireError as exc:
+            self._chat_error(400, "invalid_request_error", str(exc))
+            return
+        model = str(request.get("model") or "")
+        behaviour = model.removeprefix("fake-") if model.removeprefix("fake-") in STYLES else self.state.behaviour
+        answer = openai_wire.messages_response_to_chat(reply(behaviour, request), model)
+        self._send(200, json.dumps(answer).encode(), "application/json")
+
+    def _chat_error(self, status: int, error_type: str, message: str, retry_after: str | None = None) -> None:
+        body = {"error": {"message": message, "type": error_type, "param": None, "code": error_type}}
+        headers = {"retry-after": retry_after} if retry_after is not None else {}
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
 
     def _error(self, status: int, error_type: str, message: str, retry_after: str | None = None) -> None:
         body = {"type": "error", "error": {"type": error_type, "message": message}}
