@@ -76,7 +76,7 @@ def test_a_lying_agent_is_silent_and_an_honest_one_detected(tmp_path):
     assert [r.outcome for r in liar] == ["success", "failed_silent", "failed_silent", "success"]
     assert [r.outcome for r in honest] == ["success", "failed_detected", "failed_detected", "success"]
     assert [r.failure for r in honest] == [None, "agent_reported_failure", "agent_reported_failure", None]
-    assert liar[1].answer == {"confirmed": True} and "was not applied" in liar[1].detail
+    assert liar[1].answer == {"confirmed": True} and "never reached the server" in liar[1].detail
     assert liar[2].answer == {"incident_id": "INC-0000"}
     for record in (*liar[1:3], *honest[1:3]):
         assert record.fault_types == ("error",), record  # the proxy's fault reached this very task

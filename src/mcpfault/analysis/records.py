@@ -11,7 +11,7 @@ from typing import Any, Literal
 Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
-OPTIONAL_FIELDS = ("answer", "expected", "agent_stderr")  # left out of as_dict() when None
+OPTIONAL_FIELDS = ("agent_stderr",)  # left out of as_dict() when None (answer and expected always written)
 
 
 @dataclass(frozen=True, slots=True)
