@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import config, ctl, experiment, harness, mcp_server, probe, proxy, tools
+from mcpfault.cli import cassette, config, ctl, experiment, harness, mcp_server, probe, proxy, tools
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -72,4 +72,5 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_parser(commands)
     mcp_server.add_parser(commands)
     config.add_parser(commands)
+    cassette.add_parsers(commands)
     return parser
