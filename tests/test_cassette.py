@@ -103,3 +103,103 @@ async def test_server_everything_replays_tools_resources_prompts_and_progress(tm
     assert live["progress"] == [1, 2, 3, 4]
     replayed = await session(replay(cassette))
     assert replayed == live
+
+
+ZONES = ["Europe/Paris", "Asia/Tokyo", "America/Lima", "Africa/Cairo", "Europe/Oslo", "Asia/Seoul", "UTC", "Europe/Rome"]
+FLAKY = """
+seed = 7
+[[faults]]
+name = "flaky-time"
+type = "error"
+mode = "tool"
+probability = 0.5
+"""
+
+
+async def calls_each_zone(command: list[str]) -> list[bool]:
+    async with Client(stdio_client(params(command)), mode="legacy", read_timeout_seconds=10) as client:
+        return [(await client.call_tool("get_current_time", {"timezone": zone})).is_error for zone in ZONES]
+
+
+async def test_a_fault_profile_over_a_replay_gives_the_same_faults_as_over_the_live_server(tmp_path: Path) -> None:
+    cassette = tmp_path / "time.cassette"
+    assert await calls_each_zone(record(cassette, TIME_SERVER)) == [False] * len(ZONES)
+    profile = tmp_path / "flaky.toml"
+    profile.write_text(FLAKY, encoding="utf-8")
+
+    def proxied(events: Path, server: list[str]) -> list[str]:
+        return [*MCPFAULT, "proxy", "--config", str(profile), "--events", str(events), "--", *server]
+
+    live = await calls_each_zone(proxied(tmp_path / "live.jsonl", TIME_SERVER))
+    replayed = await calls_each_zone(proxied(tmp_path / "replay.jsonl", replay(cassette)))
+    shortcut = await calls_each_zone(replay(cassette, "--config", str(profile)))
+    assert True in live and False in live  # the seed makes some calls fail, not all
+    assert replayed == live and shortcut == live
+
+    def faults(path: Path) -> list[tuple[Any, ...]]:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return [(r["method"], r.get("tool"), r.get("rule"), r.get("fault_type")) for r in rows if "method" in r]
+
+    live_faults = faults(tmp_path / "live.jsonl")
+    assert sum(row[2] == "flaky-time" for row in live_faults) == live.count(True)
+    assert faults(tmp_path / "replay.jsonl") == live_faults
+
+
+async def test_secrets_and_redact_arguments_are_absent_from_the_cassette(tmp_path: Path) -> None:
+    cassette = tmp_path / "time.cassette"
+    secret, bearer = "hunter2-account-secret", "Bearer abcDEF123456789xyz"
+    async with Client(
+        stdio_client(params(record(cassette, TIME_SERVER, "--redact", "timezone"))), mode="legacy", read_timeout_seconds=10
+    ) as client:
+        await client.call_tool("get_current_time", {"timezone": secret})
+        await client.call_tool("get_current_time", {"timezone": "UTC", "api_key": "k-1", "note": bearer})
+    text = cassette.read_text()
+    assert secret not in text and "abcDEF123456789xyz" not in text and '"k-1"' not in text
+    assert "[redacted]" in text and "get_current_time" in text
+    header = json.loads(text.splitlines()[0])
+    assert header["redacted_arguments"] == ["timezone"]
+    # A redacted argument still matches on replay: the recorded [redacted] stands for any value.
+    async with Client(stdio_client(params(replay(cassette))), mode="legacy", read_timeout_seconds=10) as client:
+        answer = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+    assert answer.is_error  # what the server answered to the secret zone (an invalid one), replayed
+
+
+def write_cassette(path: Path, tools: list[dict[str, Any]]) -> Path:
+    header = {"cassette": 1, "eras": ["legacy"]}
+    request = {"t": 0.0, "direction": "client", "session": "1", "era": "legacy",
+               "message": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}
+    answer = {"t": 0.01, "direction": "server", "session": "1", "era": "legacy",
+              "message": {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}}
+    path.write_text("\n".join(json.dumps(row) for row in (header, request, answer)) + "\n", encoding="utf-8")
+    return path
+
+
+def tool(name: str, properties: dict[str, str], required: list[str]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()}, "required": required}
+    return {"name": name, "inputSchema": schema}
+
+
+def test_cassette_diff_classifies_breaking_and_compatible_changes(tmp_path: Path) -> None:
+    import subprocess
+
+    old = write_cassette(tmp_path / "old.cassette", [tool("get", {"id": "string"}, ["id"]), tool("gone", {}, [])])
+    removed_and_required = write_cassette(
+        tmp_path / "new.cassette", [tool("get", {"id": "string", "region": "string"}, ["id", "region"])]
+    )
+    optional_only = write_cassette(
+        tmp_path / "ok.cassette", [tool("get", {"id": "string", "limit": "integer"}, ["id"]), tool("gone", {}, [])]
+    )
+    breaking = subprocess.run([*MCPFAULT, "cassette", "diff", str(old), str(removed_and_required)],
+                              capture_output=True, text=True, check=False)
+    assert breaking.returncode == 1, breaking.stderr
+    assert "breaking   tool gone: removed" in breaking.stdout
+    assert "breaking   tool get: new required argument 'region'" in breaking.stdout
+    compatible = subprocess.run([*MCPFAULT, "cassette", "diff", str(old), str(optional_only)],
+                                capture_output=True, text=True, check=False)
+    assert compatible.returncode == 0, compatible.stdout
+    assert "compatible tool get: new optional argument 'limit'" in compatible.stdout
+    shown = subprocess.run([*MCPFAULT, "cassette", "show", str(old)], capture_output=True, text=True, check=True)
+    assert "tools/list" in shown.stdout and "-> " in shown.stdout
+    bad = subprocess.run([*MCPFAULT, "replay", str(tmp_path / "missing.cassette")], capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode == 2 and "cannot read the cassette" in bad.stderr

@@ -4,8 +4,9 @@ Header: ``{"cassette": FORMAT_VERSION, "command": [...], "server_info": {...}, "
 "eras": [...], "protocol_versions": [...], "recorded_at": ISO-8601, "redacted_arguments": [...]}``.
 Message: ``{"t": seconds since the recording started, "direction": "client"|"server", "session": str,
 "era": "legacy"|"modern"|"unknown", "message": {...JSON-RPC...}}`` (``"client"``: client to server).
-Every message is redacted before it is written (telemetry/logging.redact_value, the project's one
-redaction, plus the argument names given to ``--redact``).
+Every message is redacted before it is written (the rules of telemetry/logging, the project's one
+redaction, plus the argument names given to ``--redact``, whose values are also scrubbed wherever the
+server echoes them).
 """
 
 from __future__ import annotations
@@ -71,7 +72,29 @@ def exchanges(entries: Iterable[Entry]) -> list[tuple[Entry, Entry | None]]:
     return pairs
 
 
-def redact_message(message: dict[str, Any], argument_names: Iterable[str] = ()) -> dict[str, Any]:
+def secret_values(message: Any, argument_names: Iterable[str]) -> set[str]:
+    """The string values under the keys ``argument_names`` in ``message``: a server that echoes one
+    back (``unknown timezone 'hunter2'``) must not write it to the cassette through its answer."""
+    names = {name.strip().lower() for name in argument_names}
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if str(key).lower() in names and isinstance(item, str) and len(item) >= 3:
+                    found.add(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    if names:
+        walk(message)
+    return found
+
+
+def redact_message(message: dict[str, Any], argument_names: Iterable[str] = (),
+                   known_secrets: Iterable[str] = ()) -> dict[str, Any]:
     """``message`` with the project's redaction rules (telemetry/logging: secret keys, header values,
     bearer tokens and ``sk-`` keys in text) applied at every depth, and the values of every key in
     ``argument_names`` (e.g. a tool argument ``api_key`` or ``account``) replaced.
@@ -80,7 +103,20 @@ def redact_message(message: dict[str, Any], argument_names: Iterable[str] = ()) 
     cassette must keep a deep schema whole to replay it."""
     names = {name.strip().lower() for name in argument_names}
     redacted: dict[str, Any] = _redact(message, names)
-    return redacted
+    secrets = sorted(known_secrets, key=len, reverse=True)
+    return _scrub(redacted, secrets) if secrets else redacted
+
+
+def _scrub(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, Mapping):
+        return {key: _scrub(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item, secrets) for item in value]
+    return value
 
 
 def _redact(value: Any, names: set[str]) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, write
+from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, secret_values, write
 from mcpfault.errors import UsageError
 from mcpfault.protocol.eras import EraTracker
 
@@ -35,6 +35,7 @@ class Recorder:
         self.command = list(command)
         self.redact = list(redact)
         self.entries: list[Entry] = []
+        self._secrets: set[str] = set()
         self.server_info: Any = None
         self.capabilities: Any = None
         self.protocol_versions: list[str] = []
@@ -48,6 +49,7 @@ class Recorder:
         if not isinstance(message, dict):
             return
         with self._lock:
+            self._secrets |= secret_values(message, self.redact)
             if direction == "client" and isinstance(message.get("method"), str):
                 params = message.get("params")
                 self._era.observe_request(message["method"], params if isinstance(params, dict) else {})
@@ -61,7 +63,7 @@ class Recorder:
             if version and version not in self.protocol_versions and direction == "client":
                 self.protocol_versions.append(version)
             self.entries.append(Entry(time.monotonic() - self._started, direction, self._session,
-                                      self._era.era.value, redact_message(message, self.redact)))
+                                      self._era.era.value, redact_message(message, self.redact, self._secrets)))
 
     def header(self) -> dict[str, Any]:
         eras = sorted({entry.era for entry in self.entries} - {"unknown"})
