@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
+from tests.sdk_support import Progress
 from tests.test_interop import EVERYTHING, TIME_SERVER, needs_npm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ async def test_an_unmatched_request_gets_an_error_naming_the_closest_recorded_on
             await client.call_tool("get_current_time", {"timezone": "America/Lima"})
     message = str(raised.value)
     assert "no recorded request matches tools/call" in message
-    assert "params.arguments.timezone: recorded \"Europe/Paris\", got \"America/Lima\"" in message
+    assert 'params.arguments.timezone: recorded "Europe/Paris", got "America/Lima"' in message
 
 
 @needs_npm
@@ -73,16 +74,13 @@ async def test_server_everything_replays_tools_resources_prompts_and_progress(tm
     cassette = tmp_path / "everything.cassette"
 
     async def session(command: list[str]) -> dict[str, Any]:
-        progress: list[float] = []
-
-        async def on_progress(done: float, total: float | None, message: str | None) -> None:
-            progress.append(done)
+        progress = Progress()
 
         async with Client(stdio_client(params(command)), mode="legacy", read_timeout_seconds=15) as client:
             tools = await client.list_tools()
             echo = await client.call_tool("echo", {"message": "hello cassette"})
             long_op = await client.call_tool(
-                "trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+                "trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=progress
             )
             resources = await client.list_resources()
             first = resources.resources[0]
@@ -93,7 +91,7 @@ async def test_server_everything_replays_tools_resources_prompts_and_progress(tm
             "tools": [tool.name for tool in tools.tools],
             "echo": echo.model_dump(mode="json"),
             "long_op": long_op.model_dump(mode="json"),
-            "progress": progress,
+            "progress": progress.values(),
             "read": read.model_dump(mode="json"),
             "prompts": [p.name for p in prompts.prompts],
             "prompt": prompt.model_dump(mode="json"),
@@ -105,7 +103,16 @@ async def test_server_everything_replays_tools_resources_prompts_and_progress(tm
     assert replayed == live
 
 
-ZONES = ["Europe/Paris", "Asia/Tokyo", "America/Lima", "Africa/Cairo", "Europe/Oslo", "Asia/Seoul", "UTC", "Europe/Rome"]
+ZONES = [
+    "Europe/Paris",
+    "Asia/Tokyo",
+    "America/Lima",
+    "Africa/Cairo",
+    "Europe/Oslo",
+    "Asia/Seoul",
+    "UTC",
+    "Europe/Rome",
+]
 FLAKY = """
 seed = 7
 [[faults]]
@@ -149,7 +156,9 @@ async def test_secrets_and_redact_arguments_are_absent_from_the_cassette(tmp_pat
     cassette = tmp_path / "time.cassette"
     secret, bearer = "hunter2-account-secret", "Bearer abcDEF123456789xyz"
     async with Client(
-        stdio_client(params(record(cassette, TIME_SERVER, "--redact", "timezone"))), mode="legacy", read_timeout_seconds=10
+        stdio_client(params(record(cassette, TIME_SERVER, "--redact", "timezone"))),
+        mode="legacy",
+        read_timeout_seconds=10,
     ) as client:
         await client.call_tool("get_current_time", {"timezone": secret})
         await client.call_tool("get_current_time", {"timezone": "UTC", "api_key": "k-1", "note": bearer})
@@ -166,10 +175,20 @@ async def test_secrets_and_redact_arguments_are_absent_from_the_cassette(tmp_pat
 
 def write_cassette(path: Path, tools: list[dict[str, Any]]) -> Path:
     header = {"cassette": 1, "eras": ["legacy"]}
-    request = {"t": 0.0, "direction": "client", "session": "1", "era": "legacy",
-               "message": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}
-    answer = {"t": 0.01, "direction": "server", "session": "1", "era": "legacy",
-              "message": {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}}
+    request = {
+        "t": 0.0,
+        "direction": "client",
+        "session": "1",
+        "era": "legacy",
+        "message": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    }
+    answer = {
+        "t": 0.01,
+        "direction": "server",
+        "session": "1",
+        "era": "legacy",
+        "message": {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}},
+    }
     path.write_text("\n".join(json.dumps(row) for row in (header, request, answer)) + "\n", encoding="utf-8")
     return path
 
@@ -189,17 +208,23 @@ def test_cassette_diff_classifies_breaking_and_compatible_changes(tmp_path: Path
     optional_only = write_cassette(
         tmp_path / "ok.cassette", [tool("get", {"id": "string", "limit": "integer"}, ["id"]), tool("gone", {}, [])]
     )
-    breaking = subprocess.run([*MCPFAULT, "cassette", "diff", str(old), str(removed_and_required)],
-                              capture_output=True, text=True, check=False)
+    breaking = subprocess.run(
+        [*MCPFAULT, "cassette", "diff", str(old), str(removed_and_required)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert breaking.returncode == 1, breaking.stderr
     assert "breaking   tool gone: removed" in breaking.stdout
     assert "breaking   tool get: new required argument 'region'" in breaking.stdout
-    compatible = subprocess.run([*MCPFAULT, "cassette", "diff", str(old), str(optional_only)],
-                                capture_output=True, text=True, check=False)
+    compatible = subprocess.run(
+        [*MCPFAULT, "cassette", "diff", str(old), str(optional_only)], capture_output=True, text=True, check=False
+    )
     assert compatible.returncode == 0, compatible.stdout
     assert "compatible tool get: new optional argument 'limit'" in compatible.stdout
     shown = subprocess.run([*MCPFAULT, "cassette", "show", str(old)], capture_output=True, text=True, check=True)
     assert "tools/list" in shown.stdout and "-> " in shown.stdout
-    bad = subprocess.run([*MCPFAULT, "replay", str(tmp_path / "missing.cassette")], capture_output=True, text=True,
-                         check=False)
+    bad = subprocess.run(
+        [*MCPFAULT, "replay", str(tmp_path / "missing.cassette")], capture_output=True, text=True, check=False
+    )
     assert bad.returncode == 2 and "cannot read the cassette" in bad.stderr

@@ -113,7 +113,9 @@ def _cassette_wrapper(request: pytest.FixtureRequest) -> Callable[[list[str]], l
         raise pytest.UsageError(f"@pytest.mark.mcpfault_cassette takes one path and record= only; got {marker}")
     mode = marker.kwargs.get("record", "once")
     if mode not in RECORD_MODES:
-        raise pytest.UsageError(f"@pytest.mark.mcpfault_cassette(record={mode!r}): use one of {', '.join(RECORD_MODES)}")
+        raise pytest.UsageError(
+            f"@pytest.mark.mcpfault_cassette(record={mode!r}): use one of {', '.join(RECORD_MODES)}"
+        )
     path = Path(str(marker.args[0]))
     if not path.is_absolute():
         path = Path(str(request.node.path)).parent / path

@@ -31,8 +31,10 @@ def _schema(tool: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     schema = schema if isinstance(schema, dict) else {}
     properties = schema.get("properties")
     required = schema.get("required")
-    return (properties if isinstance(properties, dict) else {},
-            {str(name) for name in required} if isinstance(required, list) else set())
+    return (
+        properties if isinstance(properties, dict) else {},
+        {str(name) for name in required} if isinstance(required, list) else set(),
+    )
 
 
 def _tool_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
@@ -64,8 +66,11 @@ def _tool_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
 def diff(old: Cassette, new: Cassette) -> list[Change]:
     """Every change from ``old`` to ``new``, tools first, then resources, then prompts."""
     changes: list[Change] = []
-    for method, noun, key in (("tools/list", "tool", "name"), ("resources/list", "resource", "uri"),
-                              ("prompts/list", "prompt", "name")):
+    for method, noun, key in (
+        ("tools/list", "tool", "name"),
+        ("resources/list", "resource", "uri"),
+        ("prompts/list", "prompt", "name"),
+    ):
         before, after = _by(old.listing(method), key), _by(new.listing(method), key)
         for name in sorted(set(before) - set(after)):
             changes.append(Change("breaking", f"{noun} {name}", "removed"))
@@ -82,11 +87,22 @@ def diff(old: Cassette, new: Cassette) -> list[Change]:
 def _prompt_changes(name: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     def arguments(prompt: dict[str, Any]) -> dict[str, bool]:
         items = prompt.get("arguments")
-        return {str(a.get("name")): bool(a.get("required")) for a in items if isinstance(a, dict)} if isinstance(items, list) else {}
+        return (
+            {str(a.get("name")): bool(a.get("required")) for a in items if isinstance(a, dict)}
+            if isinstance(items, list)
+            else {}
+        )
 
     before, after = arguments(old), arguments(new)
-    changes = [Change("breaking", f"prompt {name}", f"argument {arg!r} removed") for arg in sorted(set(before) - set(after))]
+    changes = [
+        Change("breaking", f"prompt {name}", f"argument {arg!r} removed") for arg in sorted(set(before) - set(after))
+    ]
     for arg in sorted(set(after) - set(before)):
-        changes.append(Change("breaking" if after[arg] else "compatible", f"prompt {name}",
-                              f"new {'required' if after[arg] else 'optional'} argument {arg!r}"))
+        changes.append(
+            Change(
+                "breaking" if after[arg] else "compatible",
+                f"prompt {name}",
+                f"new {'required' if after[arg] else 'optional'} argument {arg!r}",
+            )
+        )
     return changes

@@ -35,8 +35,13 @@ class Entry:
     message: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"t": round(self.t, 6), "direction": self.direction, "session": self.session, "era": self.era,
-                "message": self.message}
+        return {
+            "t": round(self.t, 6),
+            "direction": self.direction,
+            "session": self.session,
+            "era": self.era,
+            "message": self.message,
+        }
 
 
 @dataclass(slots=True)
@@ -46,8 +51,12 @@ class Cassette:
 
     def listing(self, method: str) -> list[dict[str, Any]]:
         """The items of the first recorded answer to ``method`` (tools/list: its tools), [] if none."""
-        key = {"tools/list": "tools", "resources/list": "resources", "prompts/list": "prompts",
-               "resources/templates/list": "resourceTemplates"}[method]
+        key = {
+            "tools/list": "tools",
+            "resources/list": "resources",
+            "prompts/list": "prompts",
+            "resources/templates/list": "resourceTemplates",
+        }[method]
         for request, answer in exchanges(self.entries):
             if request.message.get("method") == method and answer is not None:
                 result = answer.message.get("result")
@@ -93,8 +102,9 @@ def secret_values(message: Any, argument_names: Iterable[str]) -> set[str]:
     return found
 
 
-def redact_message(message: dict[str, Any], argument_names: Iterable[str] = (),
-                   known_secrets: Iterable[str] = ()) -> dict[str, Any]:
+def redact_message(
+    message: dict[str, Any], argument_names: Iterable[str] = (), known_secrets: Iterable[str] = ()
+) -> dict[str, Any]:
     """``message`` with the project's redaction rules (telemetry/logging: secret keys, header values,
     bearer tokens and ``sk-`` keys in text) applied at every depth, and the values of every key in
     ``argument_names`` (e.g. a tool argument ``api_key`` or ``account``) replaced.
@@ -153,8 +163,10 @@ def load(path: Path) -> Cassette:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read the cassette {path}: {exc.strerror or exc}; record one with "
-                         "'mcpfault record --out FILE -- CMD'") from exc
+        raise UsageError(
+            f"cannot read the cassette {path}: {exc.strerror or exc}; record one with "
+            "'mcpfault record --out FILE -- CMD'"
+        ) from exc
     lines = [line for line in data.split(b"\n") if line.strip()]
     if not lines:
         raise UsageError(f"{path} is empty: not a cassette (record one with 'mcpfault record --out FILE -- CMD')")
@@ -166,14 +178,26 @@ def load(path: Path) -> Cassette:
             raise UsageError(f"{path}:{number}: not JSON ({exc}); a cassette is JSON lines") from exc
     header = rows[0]
     if not isinstance(header, dict) or header.get("cassette") != FORMAT_VERSION:
-        raise UsageError(f"{path}:1: not a cassette header (expected {{\"cassette\": {FORMAT_VERSION}, ...}}, "
-                         f"got {str(header)[:80]})")
+        raise UsageError(
+            f'{path}:1: not a cassette header (expected {{"cassette": {FORMAT_VERSION}, ...}}, got {str(header)[:80]})'
+        )
     entries = []
     for number, row in enumerate(rows[1:], 2):
-        if (not isinstance(row, dict) or row.get("direction") not in ("client", "server")
-                or not isinstance(row.get("message"), dict)):
-            raise UsageError(f"{path}:{number}: not a cassette message (needs direction client|server and a "
-                             "message object)")
-        entries.append(Entry(float(row.get("t", 0.0)), row["direction"], str(row.get("session", "1")),
-                             str(row.get("era", "unknown")), row["message"]))
+        if (
+            not isinstance(row, dict)
+            or row.get("direction") not in ("client", "server")
+            or not isinstance(row.get("message"), dict)
+        ):
+            raise UsageError(
+                f"{path}:{number}: not a cassette message (needs direction client|server and a message object)"
+            )
+        entries.append(
+            Entry(
+                float(row.get("t", 0.0)),
+                row["direction"],
+                str(row.get("session", "1")),
+                str(row.get("era", "unknown")),
+                row["message"],
+            )
+        )
     return Cassette(header, entries)

@@ -40,8 +40,11 @@ def differences(recorded: Any, got: Any, where: str = "params") -> list[str]:
                 found += differences(recorded[key], got[key], f"{where}.{key}")
         return found
     if isinstance(recorded, list) and isinstance(got, list) and len(recorded) == len(got):
-        return [d for index, (r, g) in enumerate(zip(recorded, got, strict=True))
-                for d in differences(r, g, f"{where}[{index}]")]
+        return [
+            d
+            for index, (r, g) in enumerate(zip(recorded, got, strict=True))
+            for d in differences(r, g, f"{where}[{index}]")
+        ]
     if recorded != got:
         return [f"{where}: recorded {json.dumps(recorded)[:60]}, got {json.dumps(got)[:60]}"]
     return []
@@ -121,7 +124,12 @@ class Book:
             return (item.method != method, len(differences(item.params, params)))
 
         closest = min(candidates, key=distance)
-        how = ([f"method: recorded {closest.method}, got {method}"] if closest.method != method
-               else differences(closest.params, params))
-        return (f"no recorded request matches {got}; {lead} {closest.describe()}; it differs in: "
-                f"{'; '.join(how) or 'nothing (it was answered already)'}")
+        how = (
+            [f"method: recorded {closest.method}, got {method}"]
+            if closest.method != method
+            else differences(closest.params, params)
+        )
+        return (
+            f"no recorded request matches {got}; {lead} {closest.describe()}; it differs in: "
+            f"{'; '.join(how) or 'nothing (it was answered already)'}"
+        )

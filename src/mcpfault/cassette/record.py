@@ -62,15 +62,28 @@ class Recorder:
             version = self._era.protocol_version
             if version and version not in self.protocol_versions and direction == "client":
                 self.protocol_versions.append(version)
-            self.entries.append(Entry(time.monotonic() - self._started, direction, self._session,
-                                      self._era.era.value, redact_message(message, self.redact, self._secrets)))
+            self.entries.append(
+                Entry(
+                    time.monotonic() - self._started,
+                    direction,
+                    self._session,
+                    self._era.era.value,
+                    redact_message(message, self.redact, self._secrets),
+                )
+            )
 
     def header(self) -> dict[str, Any]:
         eras = sorted({entry.era for entry in self.entries} - {"unknown"})
-        return {"cassette": FORMAT_VERSION, "command": redact_message({"c": self.command})["c"],
-                "server_info": self.server_info, "capabilities": self.capabilities, "eras": eras,
-                "protocol_versions": self.protocol_versions, "recorded_at": self.recorded_at,
-                "redacted_arguments": self.redact}
+        return {
+            "cassette": FORMAT_VERSION,
+            "command": redact_message({"c": self.command})["c"],
+            "server_info": self.server_info,
+            "capabilities": self.capabilities,
+            "eras": eras,
+            "protocol_versions": self.protocol_versions,
+            "recorded_at": self.recorded_at,
+            "redacted_arguments": self.redact,
+        }
 
     def save(self, path: Path) -> None:
         with self._lock:

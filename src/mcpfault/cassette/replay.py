@@ -61,8 +61,13 @@ def answer(book: Book, message: dict[str, Any], send: Callable[[dict[str, Any]],
     try:
         item = book.match(method, message.get("params"))
     except Miss as miss:
-        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": UNMATCHED_CODE,
-              "message": f"mcpfault replay: {miss}", "data": {"method": method}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": UNMATCHED_CODE, "message": f"mcpfault replay: {miss}", "data": {"method": method}},
+            }
+        )
         return
     token = _progress_token(message)
     clock = item.request.t
@@ -70,12 +75,24 @@ def answer(book: Book, message: dict[str, Any], send: Callable[[dict[str, Any]],
         _wait(entry.t - clock, timing)
         clock = entry.t
         sent = copy.deepcopy(entry.message)
-        if sent.get("method") == "notifications/progress" and token is not None and isinstance(sent.get("params"), dict):
+        if (
+            sent.get("method") == "notifications/progress"
+            and token is not None
+            and isinstance(sent.get("params"), dict)
+        ):
             sent["params"]["progressToken"] = token
         send(sent)
     if item.answer is None:
-        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": UNMATCHED_CODE,
-              "message": f"mcpfault replay: the recorded {method} request was never answered by the server"}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {
+                    "code": UNMATCHED_CODE,
+                    "message": f"mcpfault replay: the recorded {method} request was never answered by the server",
+                },
+            }
+        )
         return
     _wait(item.answer.t - clock, timing)
     reply = {key: value for key, value in item.answer.message.items() if key != "id"}
@@ -87,8 +104,9 @@ def _wait(seconds: float, timing: Timing) -> None:
         time.sleep(seconds)
 
 
-def serve_stdio(path: Path, matcher: Matcher, timing: Timing, stdin: IO[bytes] | None = None,
-                stdout: IO[bytes] | None = None) -> int:
+def serve_stdio(
+    path: Path, matcher: Matcher, timing: Timing, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None
+) -> int:
     """Serve ``path`` on stdio until the client closes stdin; 0."""
     book = Book(recorded_requests(load(path)), matcher)
     source = stdin if stdin is not None else sys.stdin.buffer
@@ -111,5 +129,3 @@ def serve_stdio(path: Path, matcher: Matcher, timing: Timing, stdin: IO[bytes] |
             continue
         answer(book, message, send, timing)
     return 0
-
-

@@ -28,8 +28,13 @@ def add_parsers(commands: Any) -> None:
         formatter_class=raw,
     )
     record.add_argument("--out", type=Path, required=True, metavar="FILE.cassette", help="the cassette to write")
-    record.add_argument("--redact", action="append", default=[], metavar="NAME",
-                        help="also redact the value of every key NAME (a tool argument); repeatable")
+    record.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also redact the value of every key NAME (a tool argument); repeatable",
+    )
     record.add_argument("--config", metavar="PROFILE", help="inject this fault profile's faults while recording")
     record.add_argument("command", nargs=argparse.REMAINDER, help="-- the server's command")
     record.set_defaults(handler=_record)
@@ -49,16 +54,25 @@ def add_parsers(commands: Any) -> None:
         formatter_class=raw,
     )
     replay.add_argument("cassette", type=Path, metavar="FILE.cassette")
-    replay.add_argument("--match", choices=["method+params", "sequential", "strict"], default="method+params",
-                        help="how a request finds its recorded answer (default: method+params)")
-    replay.add_argument("--timing", choices=["recorded", "none"], default="none",
-                        help="recorded: wait as the server did; none: answer at once (default)")
+    replay.add_argument(
+        "--match",
+        choices=["method+params", "sequential", "strict"],
+        default="method+params",
+        help="how a request finds its recorded answer (default: method+params)",
+    )
+    replay.add_argument(
+        "--timing",
+        choices=["recorded", "none"],
+        default="none",
+        help="recorded: wait as the server did; none: answer at once (default)",
+    )
     replay.add_argument("--config", metavar="PROFILE", help="inject this fault profile's faults (runs mcpfault proxy)")
     replay.add_argument("--seed", type=int, help="with --config: the faults' seed")
     replay.set_defaults(handler=_replay)
 
     cassette = commands.add_parser(
-        "cassette", help="show a cassette, or diff two cassettes' listings (a CI gate on server upgrades)",
+        "cassette",
+        help="show a cassette, or diff two cassettes' listings (a CI gate on server upgrades)",
         description="show: a cassette as a table. diff: the tool, resource and prompt changes from A to B,\n"
         "each breaking or compatible.",
         epilog="examples:\n  mcpfault cassette show time.cassette\n  mcpfault cassette diff old.cassette new.cassette\n"
@@ -95,9 +109,25 @@ def _replay(args: argparse.Namespace) -> int:
     load(args.cassette)  # a bad file is refused here, before any proxy starts
     if args.config is not None:
         seed = ["--seed", str(args.seed)] if args.seed is not None else []
-        command = [sys.executable, "-m", "mcpfault", "proxy", "--config", args.config, *seed, "--",
-                   sys.executable, "-m", "mcpfault", "replay", str(args.cassette), "--match", args.match,
-                   "--timing", args.timing]
+        command = [
+            sys.executable,
+            "-m",
+            "mcpfault",
+            "proxy",
+            "--config",
+            args.config,
+            *seed,
+            "--",
+            sys.executable,
+            "-m",
+            "mcpfault",
+            "replay",
+            str(args.cassette),
+            "--match",
+            args.match,
+            "--timing",
+            args.timing,
+        ]
         os.execv(sys.executable, command)
     return serve_stdio(args.cassette, args.match, args.timing)
 
@@ -108,18 +138,24 @@ def _show(args: argparse.Namespace) -> int:
     cassette = load(args.cassette)
     header = cassette.header
     info = header.get("server_info") or {}
-    print(f"cassette {args.cassette}: server {info.get('name', '?')} {info.get('version', '')}".rstrip()
-          + f", eras {', '.join(header.get('eras', [])) or '?'}, protocol {', '.join(header.get('protocol_versions', [])) or '?'}"
-          + f", {len(cassette.entries)} messages, recorded {header.get('recorded_at', '?')}")
+    eras = ", ".join(header.get("eras", [])) or "?"
+    versions = ", ".join(header.get("protocol_versions", [])) or "?"
+    print(
+        f"cassette {args.cassette}: server {info.get('name', '?')} {info.get('version', '')}".rstrip()
+        + f", eras {eras}, protocol {versions}, {len(cassette.entries)} messages,"
+        + f" recorded {header.get('recorded_at', '?')}"
+    )
     print(f"{'t (s)':>9}  {'session':<8} {'dir':<6} {'id':<6} what")
     for entry in cassette.entries:
         message = entry.message
-        what = str(message.get("method") or ("error " + json.dumps(message["error"])[:60] if "error" in message else "result"))
+        what = str(
+            message.get("method") or ("error " + json.dumps(message["error"])[:60] if "error" in message else "result")
+        )
         params = message.get("params")
         if message.get("method") == "tools/call" and isinstance(params, dict):
             what += f" {params.get('name')}"
         arrow = "->" if entry.direction == "client" else "<-"
-        print(f"{entry.t:>9.3f}  {entry.session:<8} {arrow:<6} {str(message.get('id', '')):<6} {what}")
+        print(f"{entry.t:>9.3f}  {entry.session:<8} {arrow:<6} {message.get('id', '')!s:<6} {what}")
     return 0
 
 
