@@ -228,3 +228,17 @@ def test_cassette_diff_classifies_breaking_and_compatible_changes(tmp_path: Path
         [*MCPFAULT, "replay", str(tmp_path / "missing.cassette")], capture_output=True, text=True, check=False
     )
     assert bad.returncode == 2 and "cannot read the cassette" in bad.stderr
+
+
+async def test_a_stdio_replay_served_over_http_behind_the_proxy(tmp_path: Path) -> None:
+    from mcpfault.api import Proxy
+
+    cassette = tmp_path / "time.cassette"
+    live = await time_session(record(cassette, TIME_SERVER), "legacy")
+    with Proxy(replay(cassette), profile="baseline", transport="http", workdir=tmp_path / "proxy") as proxy:
+        assert proxy.url is not None
+        async with Client(proxy.url, mode="legacy", read_timeout_seconds=10) as client:
+            tools = await client.list_tools()
+            now = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+    assert sorted(tool.name for tool in tools.tools) == live["tools"]
+    assert now.model_dump(mode="json") == live["now"]
