@@ -242,3 +242,22 @@ async def test_a_stdio_replay_served_over_http_behind_the_proxy(tmp_path: Path) 
             now = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
     assert sorted(tool.name for tool in tools.tools) == live["tools"]
     assert now.model_dump(mode="json") == live["now"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_replay_listen_serves_the_cassette_over_http_in_both_eras(tmp_path: Path, mode: str) -> None:
+    import subprocess
+
+    from tests.http_support import free_port, stop, wait_for_port
+
+    cassette = tmp_path / "time.cassette"
+    live = await time_session(record(cassette, TIME_SERVER), mode)
+    port = free_port()
+    server = subprocess.Popen(replay(cassette, "--listen", f"127.0.0.1:{port}"), cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, server)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, read_timeout_seconds=10) as client:
+            now = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+    finally:
+        stop(server)
+    assert now.model_dump(mode="json") == live["now"]

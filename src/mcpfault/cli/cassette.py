@@ -45,7 +45,8 @@ def add_parsers(commands: Any) -> None:
         description="Answer MCP requests from FILE.cassette: initialize/server-discover, listings and calls, each\n"
         "matched to a recorded request. An unmatched request gets a JSON-RPC error (-32602) naming the\n"
         "closest recorded request and how it differs. --config PROFILE is a shortcut for\n"
-        "'mcpfault proxy --config PROFILE -- mcpfault replay FILE'.",
+        "'mcpfault proxy --config PROFILE -- mcpfault replay FILE'; --listen HOST:PORT serves it over\n"
+        "Streamable HTTP the same way (the baseline profile, no faults, unless --config).",
         epilog="matchers:\n  method+params  method and canonical params equal, ignoring _meta and ids (default)\n"
         "  sequential     the next recorded request of the same method\n"
         "  strict         the next recorded request, which must equal this one\n"
@@ -68,6 +69,11 @@ def add_parsers(commands: Any) -> None:
     )
     replay.add_argument("--config", metavar="PROFILE", help="inject this fault profile's faults (runs mcpfault proxy)")
     replay.add_argument("--seed", type=int, help="with --config: the faults' seed")
+    replay.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve Streamable HTTP (both eras) instead of stdio, through 'mcpfault proxy --listen'",
+    )
     replay.set_defaults(handler=_replay)
 
     cassette = commands.add_parser(
@@ -107,28 +113,14 @@ def _replay(args: argparse.Namespace) -> int:
     from mcpfault.cassette.replay import serve_stdio
 
     load(args.cassette)  # a bad file is refused here, before any proxy starts
-    if args.config is not None:
+    if args.config is not None or args.listen is not None:
+        # The replaying server behind the project's proxy: its faults, its HTTP endpoint; no second copy.
         seed = ["--seed", str(args.seed)] if args.seed is not None else []
-        command = [
-            sys.executable,
-            "-m",
-            "mcpfault",
-            "proxy",
-            "--config",
-            args.config,
-            *seed,
-            "--",
-            sys.executable,
-            "-m",
-            "mcpfault",
-            "replay",
-            str(args.cassette),
-            "--match",
-            args.match,
-            "--timing",
-            args.timing,
-        ]
-        os.execv(sys.executable, command)
+        listen = ["--listen", args.listen] if args.listen is not None else []
+        replaying = ["-m", "mcpfault", "replay", str(args.cassette), "--match", args.match, "--timing", args.timing]
+        profile = args.config if args.config is not None else "baseline"
+        command = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, *seed, *listen, "--"]
+        os.execv(sys.executable, [*command, sys.executable, *replaying])
     return serve_stdio(args.cassette, args.match, args.timing)
 
 
