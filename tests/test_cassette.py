@@ -261,3 +261,26 @@ async def test_replay_listen_serves_the_cassette_over_http_in_both_eras(tmp_path
     finally:
         stop(server)
     assert now.model_dump(mode="json") == live["now"]
+
+
+async def test_record_listen_records_an_http_client_and_replays_it(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.http_support import free_port, stop, wait_for_port
+
+    cassette = tmp_path / "time.cassette"
+    port = free_port()
+    recorder = subprocess.Popen(
+        [*MCPFAULT, "record", "--out", str(cassette), "--listen", f"127.0.0.1:{port}", "--", *TIME_SERVER],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, recorder)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy", read_timeout_seconds=10) as client:
+            live = await client.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
+    finally:
+        stop(recorder, timeout=15)
+    async with Client(stdio_client(params(replay(cassette))), mode="legacy", read_timeout_seconds=10) as client:
+        replayed = await client.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
+    assert replayed.model_dump(mode="json") == live.model_dump(mode="json")

@@ -36,6 +36,11 @@ def add_parsers(commands: Any) -> None:
         help="also redact the value of every key NAME (a tool argument); repeatable",
     )
     record.add_argument("--config", metavar="PROFILE", help="inject this fault profile's faults while recording")
+    record.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="take the client over Streamable HTTP (via 'mcpfault proxy --listen'); the server's stdio is recorded",
+    )
     record.add_argument("command", nargs=argparse.REMAINDER, help="-- the server's command")
     record.set_defaults(handler=_record)
 
@@ -105,7 +110,15 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _record(args: argparse.Namespace) -> int:
     from mcpfault.cassette.record import record_stdio
 
-    return record_stdio(args.out, _command(args), args.redact, args.config)
+    command = _command(args)
+    if args.listen is not None:
+        # The project's HTTP endpoint in front, this recorder behind it on stdio: one proxy, not two.
+        redact = [option for name in args.redact for option in ("--redact", name)]
+        recording = ["-m", "mcpfault", "record", "--out", str(args.out), *redact, "--", *command]
+        profile = args.config if args.config is not None else "baseline"
+        proxy = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, "--listen", args.listen, "--"]
+        os.execv(sys.executable, [*proxy, sys.executable, *recording])
+    return record_stdio(args.out, command, args.redact, args.config)
 
 
 def _replay(args: argparse.Namespace) -> int:
