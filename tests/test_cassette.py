@@ -284,3 +284,47 @@ async def test_record_listen_records_an_http_client_and_replays_it(tmp_path: Pat
     async with Client(stdio_client(params(replay(cassette))), mode="legacy", read_timeout_seconds=10) as client:
         replayed = await client.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
     assert replayed.model_dump(mode="json") == live.model_dump(mode="json")
+
+
+def book_of(calls: list[tuple[str, dict[str, Any]]], matcher: str) -> Any:
+    from mcpfault.cassette.format import Entry
+    from mcpfault.cassette.matching import Book, Recorded
+
+    recorded = []
+    for number, (method, args) in enumerate(calls, 1):
+        request = Entry(float(number), "client", "1", "legacy", {"id": number, "method": method, "params": args})
+        answer = Entry(number + 0.5, "server", "1", "legacy", {"id": number, "result": {"n": number}})
+        recorded.append(Recorded(request, answer, []))
+    return Book(recorded, matcher)  # type: ignore[arg-type]  # the test passes each matcher's name
+
+
+def test_the_matchers_sequential_and_strict_and_method_params() -> None:
+    from mcpfault.cassette.matching import Miss
+
+    calls = [("tools/call", {"name": "a", "_meta": {"progressToken": 1}}), ("tools/call", {"name": "b"})]
+    by_params = book_of(calls, "method+params")
+    assert by_params.match("tools/call", {"name": "b", "_meta": {"x": 1}}).request.t == 2.0  # _meta ignored
+    assert by_params.match("tools/call", {"name": "a"}).request.t == 1.0
+    sequential = book_of(calls, "sequential")
+    assert [sequential.match("tools/call", {"name": "z"}).request.t for _ in calls] == [1.0, 2.0]
+    with pytest.raises(Miss, match="sequential: all 2 recorded tools/call requests were already answered"):
+        sequential.match("tools/call", {})
+    strict = book_of(calls, "strict")
+    with pytest.raises(Miss, match=r"strict: the next recorded request is tools/call \{\"name\": \"a\"\}"):
+        strict.match("tools/call", {"name": "b"})
+    assert strict.match("tools/call", {"name": "a"}).request.t == 1.0
+
+
+def test_timing_recorded_waits_as_the_server_did_and_none_does_not() -> None:
+    import time
+
+    from mcpfault.cassette.replay import answer
+
+    sent: list[dict[str, Any]] = []
+    for timing in ("none", "recorded"):
+        book = book_of([("tools/call", {"name": "a"})], "method+params")
+        started = time.monotonic()
+        answer(book, {"id": 9, "method": "tools/call", "params": {"name": "a"}}, sent.append, timing)  # type: ignore[arg-type]
+        if timing == "recorded":
+            assert time.monotonic() - started >= 0.5  # the recorded 0.5 s between request and answer
+    assert [message["id"] for message in sent] == [9, 9] and sent[0]["result"] == {"n": 1}
