@@ -301,7 +301,10 @@ def book_of(calls: list[tuple[str, dict[str, Any]]], matcher: str) -> Any:
 def test_the_matchers_sequential_and_strict_and_method_params() -> None:
     from mcpfault.cassette.matching import Miss
 
-    calls = [("tools/call", {"name": "a", "_meta": {"progressToken": 1}}), ("tools/call", {"name": "b"})]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("tools/call", {"name": "a", "_meta": {"progressToken": 1}}),
+        ("tools/call", {"name": "b"}),
+    ]
     by_params = book_of(calls, "method+params")
     assert by_params.match("tools/call", {"name": "b", "_meta": {"x": 1}}).request.t == 2.0  # _meta ignored
     assert by_params.match("tools/call", {"name": "a"}).request.t == 1.0
@@ -324,7 +327,7 @@ def test_timing_recorded_waits_as_the_server_did_and_none_does_not() -> None:
     for timing in ("none", "recorded"):
         book = book_of([("tools/call", {"name": "a"})], "method+params")
         started = time.monotonic()
-        answer(book, {"id": 9, "method": "tools/call", "params": {"name": "a"}}, sent.append, timing)  # type: ignore[arg-type]
+        answer(book, {"id": 9, "method": "tools/call", "params": {"name": "a"}}, sent.append, timing)
         if timing == "recorded":
             assert time.monotonic() - started >= 0.5  # the recorded 0.5 s between request and answer
     assert [message["id"] for message in sent] == [9, 9] and sent[0]["result"] == {"n": 1}
