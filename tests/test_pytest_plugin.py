@@ -125,3 +125,25 @@ def test_typo(mcpfault_proxy):
     )
     result.assert_outcomes(errors=1)
     assert "takes profile= and seed= only" in result.stdout.str()
+
+
+def test_cassette_marker_records_once_then_replays_without_the_server(pytester: pytest.Pytester) -> None:
+    body = """
+@pytest.mark.mcpfault_cassette("sites.cassette", record="{mode}")
+def test_agent(mcpfault_proxy):
+    proxy = mcpfault_proxy(command={command})
+    Path("answers.txt").open("a").write(repr(anyio.run(agent, proxy.command, "legacy")) + "\\n")
+"""
+    mock = '[sys.executable, "-m", "mcpfault", "mock-server"]'
+    first = run(pytester, "import sys\n" + body.format(mode="once", command=mock))
+    first.assert_outcomes(passed=1)
+    cassette = pytester.path / "sites.cassette"
+    assert "list_sites" in cassette.read_text()
+    recorded = cassette.read_text()
+    # The second run's server does not exist: only the cassette can answer.
+    second = run(pytester, body.format(mode="none", command='["/nonexistent/server"]'))
+    second.assert_outcomes(passed=1)
+    assert cassette.read_text() == recorded
+    live, replayed = (pytester.path / "answers.txt").read_text().splitlines()
+    assert replayed == live  # the same (list_sites is_error, get_site is_error) from the cassette as live
+    assert live.startswith("(False, ")

@@ -11,6 +11,10 @@
   wins over the marker's seed, which wins over the profile's.
 - When a test fails, its report gets a section "mcpfault: faults injected" listing each fault with
   its request id and span id (assert with ``proxy.injected("timeout") >= 1`` and ``proxy.fault_for(tool)``).
+- ``@pytest.mark.mcpfault_cassette("path", record="none|once|all")``: the proxies' server is a cassette
+  (vcrpy's record modes): ``once`` records against the real ``command`` when the file is missing and
+  replays it after; ``none`` only replays (a missing file is an error); ``all`` always records again.
+  A relative path is taken from the test file's directory.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from mcpfault.api import Proxy
 
 MARKER = "mcpfault"
+CASSETTE_MARKER = "mcpfault_cassette"
+RECORD_MODES = ("none", "once", "all")
 SECTION = "mcpfault: faults injected"
 _PROXIES = pytest.StashKey[list["Proxy"]]()
 MOCK_SERVER = (sys.executable, "-m", "mcpfault", "mock-server")
@@ -47,6 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "mcpfault(profile=NAME|PATH|dict, seed=N): defaults of the proxies the mcpfault_proxy fixture makes",
     )
+    config.addinivalue_line(
+        "markers",
+        "mcpfault_cassette(path, record='none|once|all'): the mcpfault_proxy fixture's server records to or "
+        "replays from this cassette",
+    )
 
 
 MakeProxy = Callable[..., "Proxy"]
@@ -63,6 +74,7 @@ def mcpfault_proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     if unknown or (marker is not None and marker.args):
         raise pytest.UsageError(f"@pytest.mark.mcpfault takes profile= and seed= only; got {marker}")
     option_seed = request.config.getoption("--mcpfault-seed")
+    through_cassette = _cassette_wrapper(request)
     made: list[Proxy] = []
     request.node.stash[_PROXIES] = made
 
@@ -76,8 +88,9 @@ def mcpfault_proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         chosen_seed = option_seed if option_seed is not None else seed if seed is not None else defaults.get("seed")
         chosen_profile = profile if profile is not None else defaults.get("profile", "baseline")
         workdir = tmp_path_factory.mktemp("mcpfault-proxy")
+        server = list(command) if command is not None else list(MOCK_SERVER)
         proxy = Proxy(
-            list(command) if command is not None else list(MOCK_SERVER),
+            through_cassette(server),
             profile=chosen_profile,
             transport=transport,  # type: ignore[arg-type]  # Proxy checks it and says what is allowed
             seed=chosen_seed,
@@ -117,6 +130,32 @@ def mcpfault_bench(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         )
 
     return bench
+
+
+def _cassette_wrapper(request: pytest.FixtureRequest) -> Callable[[list[str]], list[str]]:
+    """What the server command becomes under ``@pytest.mark.mcpfault_cassette`` (unchanged without it)."""
+    marker = request.node.get_closest_marker(CASSETTE_MARKER)
+    if marker is None:
+        return lambda command: command
+    if len(marker.args) != 1 or set(marker.kwargs) - {"record"}:
+        raise pytest.UsageError(f"@pytest.mark.mcpfault_cassette takes one path and record= only; got {marker}")
+    mode = marker.kwargs.get("record", "once")
+    if mode not in RECORD_MODES:
+        raise pytest.UsageError(
+            f"@pytest.mark.mcpfault_cassette(record={mode!r}): use one of {', '.join(RECORD_MODES)}"
+        )
+    path = Path(str(marker.args[0]))
+    if not path.is_absolute():
+        path = Path(str(request.node.path)).parent / path
+    cli = [sys.executable, "-m", "mcpfault"]
+    if mode == "all" or (mode == "once" and not path.exists()):
+        return lambda command: [*cli, "record", "--out", str(path), "--", *command]
+    if not path.exists():
+        raise pytest.UsageError(
+            f"@pytest.mark.mcpfault_cassette: {path} does not exist and record='none' only replays; "
+            "record it once with record='once'"
+        )
+    return lambda command: [*cli, "replay", str(path)]
 
 
 @pytest.hookimpl(hookwrapper=True)

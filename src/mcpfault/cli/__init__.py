@@ -14,7 +14,20 @@ import sys
 from collections.abc import Sequence
 
 from mcpfault import __version__
-from mcpfault.cli import audit, config, connect, ctl, experiment, fake_llm, harness, mcp_server, probe, proxy, tools
+from mcpfault.cli import (
+    audit,
+    cassette,
+    config,
+    connect,
+    ctl,
+    experiment,
+    fake_llm,
+    harness,
+    mcp_server,
+    probe,
+    proxy,
+    tools,
+)
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
@@ -75,4 +88,5 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_parser(commands)
     connect.add_parser(commands)
     fake_llm.add_parser(commands)
+    cassette.add_parsers(commands)
     return parser

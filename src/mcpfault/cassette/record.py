@@ -1,0 +1,135 @@
+"""``mcpfault record --out FILE -- CMD`` over stdio: a transparent relay between the client (our stdin and
+stdout) and the server (CMD's), writing every message, redacted, to the cassette when the session ends.
+
+With ``--config PROFILE`` the server is run behind ``mcpfault proxy --config PROFILE``, so the faults the
+profile injects are what gets recorded; without one, nothing is changed on the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, secret_values, write
+from mcpfault.errors import UsageError
+from mcpfault.protocol.eras import EraTracker
+
+
+class Recorder:
+    """Collects the entries of one session; thread-safe (the two relay directions add to it)."""
+
+    def __init__(self, command: Sequence[str], redact: Sequence[str], session: str = "1") -> None:
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._era = EraTracker()
+        self._session = session
+        self.command = list(command)
+        self.redact = list(redact)
+        self.entries: list[Entry] = []
+        self._secrets: set[str] = set()
+        self.server_info: Any = None
+        self.capabilities: Any = None
+        self.protocol_versions: list[str] = []
+        self.recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def add(self, direction: Direction, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return  # not JSON-RPC (a server's stray output): relayed, not recorded
+        if not isinstance(message, dict):
+            return
+        with self._lock:
+            self._secrets |= secret_values(message, self.redact)
+            if direction == "client" and isinstance(message.get("method"), str):
+                params = message.get("params")
+                self._era.observe_request(message["method"], params if isinstance(params, dict) else {})
+            result = message.get("result")
+            if direction == "server" and isinstance(result, dict) and "serverInfo" in result:
+                self.server_info, self.capabilities = result.get("serverInfo"), result.get("capabilities")
+                version = result.get("protocolVersion")
+                if isinstance(version, str) and version not in self.protocol_versions:
+                    self.protocol_versions.append(version)
+            version = self._era.protocol_version
+            if version and version not in self.protocol_versions and direction == "client":
+                self.protocol_versions.append(version)
+            self.entries.append(
+                Entry(
+                    time.monotonic() - self._started,
+                    direction,
+                    self._session,
+                    self._era.era.value,
+                    redact_message(message, self.redact, self._secrets),
+                )
+            )
+
+    def header(self) -> dict[str, Any]:
+        eras = sorted({entry.era for entry in self.entries} - {"unknown"})
+        return {
+            "cassette": FORMAT_VERSION,
+            "command": redact_message({"c": self.command})["c"],
+            "server_info": self.server_info,
+            "capabilities": self.capabilities,
+            "eras": eras,
+            "protocol_versions": self.protocol_versions,
+            "recorded_at": self.recorded_at,
+            "redacted_arguments": self.redact,
+        }
+
+    def save(self, path: Path) -> None:
+        with self._lock:
+            write(path, self.header(), list(self.entries))
+
+
+def _pump(source: IO[bytes], sink: IO[bytes], recorder: Recorder, direction: Direction) -> None:
+    try:
+        for line in iter(source.readline, b""):
+            recorder.add(direction, line)
+            try:
+                sink.write(line)
+                sink.flush()
+            except (BrokenPipeError, ValueError):
+                return
+    finally:
+        if direction == "client":
+            try:
+                sink.close()  # the client is done: the server sees EOF, as without the recorder
+            except (BrokenPipeError, OSError):
+                pass
+
+
+def record_stdio(out: Path, command: Sequence[str], redact: Sequence[str], profile: str | None) -> int:
+    """Relay stdio between the client and ``command`` until the server exits; the server's exit status."""
+    if not command:
+        raise UsageError("record needs the server's command after '--' (e.g. -- uvx mcp-server-time)")
+    server = list(command)
+    if profile is not None:
+        server = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, "--", *command]
+    recorder = Recorder(command, redact)
+    try:
+        child = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError as exc:
+        raise UsageError(f"cannot start the server {command[0]!r}: {exc.strerror or exc}") from exc
+    assert child.stdin is not None and child.stdout is not None
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    client = threading.Thread(target=_pump, args=(sys.stdin.buffer, child.stdin, recorder, "client"), daemon=True)
+    client.start()
+    try:
+        _pump(child.stdout, sys.stdout.buffer, recorder, "server")
+        code = child.wait()
+    finally:
+        recorder.save(out)
+    return code
