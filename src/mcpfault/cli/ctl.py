@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, usage
+from mcpfault.errors import UsageError
 
 EXIT_UNREACHABLE = 3
 EXIT_DENIED = 4
@@ -64,11 +66,14 @@ def add_parser(commands: Any) -> None:
 
 
 def _ctl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from mcpfault.control.client import ApiError, Control, Unreachable
+    from mcpfault.control.client import ApiError, BadUrl, Control, Unreachable
 
     if args.ctl_command is None:
         return usage(parser)
-    client = Control(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+    try:
+        client = Control(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+    except BadUrl as exc:
+        raise UsageError(f"--control: {exc}") from None
     try:
         return _run(args, client)
     except Unreachable as exc:
@@ -101,8 +106,8 @@ def _run(args: argparse.Namespace, client: Any) -> int:
         answer = client.crash(args.signal)
         print(f"sent {answer['signal']} to the server (pid {answer['crashed']}, generation {answer['generation']})")
     elif command == "stall":
-        if args.seconds <= 0:
-            print("mcpfault ctl stall: give SECONDS > 0", file=sys.stderr)
+        if not math.isfinite(args.seconds) or args.seconds <= 0:
+            print(f"mcpfault ctl stall: got {args.seconds}; give SECONDS, a finite number > 0", file=sys.stderr)
             return EXIT_USAGE
         answer = client.stall(args.seconds)
         print(f"server (pid {answer['stalled']}) frozen for {answer['duration_s']:g} s")

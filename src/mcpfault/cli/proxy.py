@@ -292,8 +292,11 @@ def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[An
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
     from mcpfault.faults import profile
+    from mcpfault.faults.profile_warnings import warnings_of
 
     loaded = profile.load(profile.resolve(args.config))
+    for warning in warnings_of(loaded):  # said at start: a proxy that will change nothing looks like one that works
+        print(f"mcpfault proxy: {warning}", file=sys.stderr)
     return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
 
 

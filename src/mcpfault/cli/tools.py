@@ -97,7 +97,13 @@ def _validate(args: argparse.Namespace) -> int:
         return profile.load(profile.resolve(given))
 
     def describe(loaded: profile.Profile) -> str:
-        return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))"
+        from mcpfault.faults.profile_warnings import warnings_of
+
+        found = warnings_of(loaded)
+        for warning in found:
+            print(warning, file=sys.stderr)
+        noted = f", {len(found)} warning(s)" if found else ""
+        return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s){noted})"
 
     return EXIT_CHECK_FAILED if check_files(args.profiles, load, describe, "profile") else EXIT_OK
 

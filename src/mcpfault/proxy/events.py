@@ -9,7 +9,6 @@ restarts and downtime are lines of their own (``SERVER_EVENTS``; ``read_server_e
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.protocol.jsonlines import dumps_line, read_jsonl
 
 START_EVENT = "proxy_started"
 # The supervised server's lifecycle (proxy/supervisor.py's ServerEvents): a death, a new generation
@@ -47,7 +46,7 @@ class JsonlEventSink:
             self.write(start_record(start))
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+        line = dumps_line(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
         with self._lock:  # the control API writes from the event loop while a reader thread writes requests
             self._file.write(line)
             self._file.flush()

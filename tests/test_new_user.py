@@ -1,0 +1,192 @@
+"""What a new user tripped on (issue 32): bad URLs and paths, NaN settings, duplicate names among other
+problems, profiles that do nothing, closed pipes, and the proxy's closing line in its events file."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpfault.control.client import BadUrl, Control, control_url
+from mcpfault.errors import ProfileError, UsageError
+from mcpfault.experiments.plan import ExperimentError
+from mcpfault.experiments.plan import from_mapping as experiment_from_mapping
+from mcpfault.faults import profile
+from mcpfault.faults.profile_warnings import warnings_of
+from mcpfault.protocol.jsonlines import dumps_line
+from mcpfault.proxy.events import JsonlEventSink
+
+MCPFAULT = [sys.executable, "-m", "mcpfault"]
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MCPFAULT, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+# Defect 1: a control URL that is none is a usage error, not a traceback.
+def test_ctl_with_a_control_url_that_is_none_says_so() -> None:
+    done = cli("ctl", "--control", "notaurl", "list")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2
+    assert "'notaurl' is not an http URL" in done.stderr and "http://127.0.0.1:8474" in done.stderr
+
+
+def test_control_urls_as_the_proxy_prints_them_or_as_it_takes_them() -> None:
+    assert control_url("http://127.0.0.1:8474/") == "http://127.0.0.1:8474"
+    assert control_url("127.0.0.1:8474") == "http://127.0.0.1:8474"
+    assert control_url("[::1]:8474") == "http://[::1]:8474"
+    for bad in ("notaurl", "ftp://127.0.0.1:8474", "http://127.0.0.1:99999", "http://"):
+        with pytest.raises(BadUrl, match="is not an http URL"):
+            Control(bad)
+
+
+# Defect 2: NaN and Infinity are refused in every float setting, and no record file holds them.
+@pytest.mark.parametrize("setting", ["delay_s = nan", "jitter_s = nan", "delay_s = inf", "jitter_s = -inf"])
+def test_a_float_setting_that_is_not_finite_is_refused(setting: str) -> None:
+    with pytest.raises(ProfileError) as caught:
+        profile.loads(f'[[faults]]\ntype = "latency"\n{setting}\n', source="p.toml")
+    (problem,) = caught.value.problems
+    assert problem.field == setting.split(" ", maxsplit=1)[0] and "expected a finite number" in problem.message
+
+
+def test_validate_refuses_a_nan_delay(tmp_path: Path) -> None:
+    path = tmp_path / "nan.toml"
+    path.write_text('[[faults]]\ntype = "latency"\ndelay_s = nan\n')
+    done = cli("validate", str(path))
+    assert done.returncode == 1 and "delay_s: got nan; expected a finite number" in done.stderr, done.stderr
+
+
+def test_the_server_table_refuses_nan_by_name() -> None:
+    with pytest.raises(ProfileError, match="hold_s: got nan; expected a finite number"):
+        profile.loads("[server]\nhold_s = nan\n", source="p.toml")
+
+
+def test_the_control_api_rule_refuses_nan_as_a_profile_does() -> None:
+    rule = json.loads('{"type": "latency", "name": "slow", "delay_s": NaN}')  # what Python's json accepts
+    with pytest.raises(ProfileError, match="delay_s: got nan"):
+        profile.rule_from_mapping(rule, source="POST /faults")
+    live = profile.rule_from_mapping({"type": "error", "name": "e"}, source="POST /faults")
+    with pytest.raises(ProfileError, match="probability"):
+        profile.changed_rule(live, {"probability": math.nan}, source="PATCH /faults/e")
+
+
+def _experiment(**changes: object) -> dict[str, object]:
+    document: dict[str, object] = {
+        "title": "t",
+        "load": {"agent": "resilient"},
+        "hypothesis": [{"name": "ok", "probe": "metric", "metric": "error_rate", "tolerance": [0, 0.1]}],
+        "method": [{"name": "m", "start_after_s": 0, "duration_s": 1, "fault": {"type": "error"}}],
+    }
+    document.update(changes)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("changes", "where"),
+    [
+        (
+            {"hypothesis": [{"name": "h", "probe": "metric", "metric": "error_rate", "tolerance": [math.nan, 1]}]},
+            "tolerance",
+        ),
+        (
+            {"hypothesis": [{"name": "h", "probe": "metric", "metric": "error_rate", "tolerance": math.inf}]},
+            "tolerance",
+        ),
+        ({"method": [{"name": "m", "duration_s": 1, "fault": {"type": "latency", "delay_s": math.nan}}]}, "delay_s"),
+        ({"method": [{"name": "m", "duration_s": math.nan, "fault": {"type": "error"}}]}, "duration_s"),
+        ({"server": {"hold_s": math.nan}}, "hold_s"),
+    ],
+)
+def test_an_experiment_refuses_nan_and_infinity(changes: dict[str, object], where: str) -> None:
+    with pytest.raises(ExperimentError) as caught:
+        experiment_from_mapping(_experiment(**changes), "e.toml")
+    (problem,) = caught.value.problems
+    assert "finite" in str(problem) and where in str(problem), problem
+
+
+def test_no_record_line_holds_nan_or_infinity(tmp_path: Path) -> None:
+    assert dumps_line({"a": math.nan, "b": [math.inf, 1.5], "c": {"d": -math.inf}}) == (
+        '{"a": null, "b": [null, 1.5], "c": {"d": null}}'
+    )
+    sink = JsonlEventSink(tmp_path / "events.jsonl", start={"profile": "p"})
+    sink.write({"method": "tools/call", "delay_s": math.nan})
+    sink.close()
+    text = (tmp_path / "events.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def refuse(name: str) -> None:
+        pytest.fail(f"a bare {name} in {text}")
+
+    rows = [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+    assert rows[1]["delay_s"] is None
+
+
+# Defect 3: a directory given as a profile is named a directory.
+def test_a_directory_as_a_profile_is_named_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "error.toml").write_text('[[faults]]\ntype = "error"\n')
+    with pytest.raises(UsageError, match=r"is a directory, not a profile; give one \.toml file \(in it: error\.toml\)"):
+        profile.resolve(tmp_path)
+    with pytest.raises(ProfileError, match="is a directory"):
+        profile.load(tmp_path)
+    done = cli("validate", str(tmp_path))
+    assert done.returncode == 1 and "is a directory" in done.stderr and "does not exist" not in done.stderr
+    done = cli("proxy", "--config", str(tmp_path), "--", "true")
+    assert done.returncode == 2 and "is a directory" in done.stderr, done.stderr
+
+
+# Defect 6: a duplicate name is listed alongside the same rule's other problems.
+def test_validate_lists_a_duplicate_name_beside_other_problems() -> None:
+    text = '[[faults]]\ntype = "error"\nname = "x"\n[[faults]]\ntype = "latency"\nname = "x"\ndelay_s = -1\n'
+    with pytest.raises(ProfileError) as caught:
+        profile.loads(text, source="p.toml")
+    fields = sorted(problem.field for problem in caught.value.problems)
+    assert fields == ["delay_s", "name"], caught.value.problems
+
+
+def test_a_duplicate_of_a_broken_rule_is_listed_too() -> None:
+    text = '[[faults]]\ntype = "nope"\nname = "x"\n[[faults]]\ntype = "error"\nname = "x"\n'
+    with pytest.raises(ProfileError) as caught:
+        profile.loads(text, source="p.toml")
+    assert sorted((p.rule, p.field) for p in caught.value.problems) == [(0, "type"), (1, "name")]
+
+
+# Friction 2: a profile that does nothing is warned of, in validate and at proxy start.
+def test_an_empty_profile_is_warned_of_and_baseline_is_not(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text('name = "empty"\n')
+    (warning,) = warnings_of(profile.load(empty))
+    assert "has no [[faults]] rules" in str(warning)
+    assert warnings_of(profile.load(profile.resolve("baseline"))) == []
+    done = cli("validate", str(empty), "baseline")
+    assert done.returncode == 0, done.stderr
+    assert "empty.toml: warning: has no [[faults]] rules" in done.stderr
+    assert "1 warning(s)" in done.stdout and "baseline.toml: warning" not in done.stderr
+
+
+def test_rules_that_can_never_fire_are_warned_of() -> None:
+    text = (
+        '[[faults]]\ntype = "error"\nname = "never"\nprobability = 0\n'
+        '[[faults]]\ntype = "error"\nname = "none-left"\nlimit = 0\n[[faults]]\ntype = "error"\nname = "fine"\n'
+    )
+    found = warnings_of(profile.loads(text, source="p.toml"))
+    assert [(w.rule_name, w.message.split(":")[0]) for w in found] == [
+        ("never", "probability = 0"),
+        ("none-left", "limit = 0"),
+    ]
+
+
+def test_the_proxy_warns_at_start_of_a_profile_that_does_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text('name = "empty"\n')
+    done = subprocess.run(
+        [*MCPFAULT, "proxy", "--config", str(empty), "--no-summary", "--", sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "mcpfault proxy: " in done.stderr and "warning: has no [[faults]] rules" in done.stderr, done.stderr
