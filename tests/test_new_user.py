@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,48 @@ def test_the_proxy_warns_at_start_of_a_profile_that_does_nothing(tmp_path: Path)
         stdin=subprocess.DEVNULL,
     )
     assert "mcpfault proxy: " in done.stderr and "warning: has no [[faults]] rules" in done.stderr, done.stderr
+
+
+def test_the_mcp_server_refuses_a_nan_rule_even_in_a_dry_run(tmp_path: Path) -> None:
+    """Raw lines, as a client that writes NaN would send them (the SDK's own client writes null)."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]
+    call = (
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"set_faults","arguments":'
+        '{"control_url":"http://127.0.0.1:8474","action":"add","rule":{"type":"latency","name":"slow","delay_s":NaN}}}}'
+    )
+    server = subprocess.Popen(
+        [*MCPFAULT, "mcp-server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "MCPFAULT_WORKDIR": str(tmp_path)},
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write("".join(json.dumps(line) + "\n" for line in lines) + call + "\n")
+        server.stdin.flush()
+        answer: dict[str, object] = {}
+        for line in server.stdout:  # the initialize answer, then the call's
+            answer = json.loads(line)
+            if answer.get("id") == 2:
+                break
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    result = answer["result"]
+    assert isinstance(result, dict)
+    text = " ".join(block.get("text", "") for block in result["content"])
+    assert result["isError"] is True and "delay_s: got nan; expected a finite number" in text, text
