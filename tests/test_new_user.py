@@ -22,6 +22,7 @@ from mcpfault.protocol.jsonlines import dumps_line
 from mcpfault.proxy.events import JsonlEventSink
 
 MCPFAULT = [sys.executable, "-m", "mcpfault"]
+MOCK = [sys.executable, "-m", "mcpfault", "mock-server"]
 
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -236,3 +237,79 @@ def test_the_mcp_server_refuses_a_nan_rule_even_in_a_dry_run(tmp_path: Path) -> 
     assert isinstance(result, dict)
     text = " ".join(block.get("text", "") for block in result["content"])
     assert result["isError"] is True and "delay_s: got nan; expected a finite number" in text, text
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+def _event_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# Defect 4 and friction 5: an answer the client could not take is not "received"; the proxy exits
+# non-zero, and the events file's last line says how the proxy ended.
+def test_an_answer_the_client_did_not_take_is_not_received(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the client stopped reading: the answer's write fails with EPIPE
+    try:
+        proxy = subprocess.Popen(
+            [*MCPFAULT, "proxy", "-c", "baseline", "--events", str(events), "--no-summary", "--", *MOCK],
+            stdin=subprocess.PIPE,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        os.close(write_end)
+    assert proxy.stdin is not None
+    proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    proxy.stdin.flush()
+    proxy.wait(timeout=60)  # stdin still open: the failed write alone ends the proxy
+    _, stderr = proxy.communicate(timeout=60)
+    assert proxy.returncode == 141, stderr.decode()
+    rows = _event_lines(events)
+    (answer,) = [row for row in rows if row.get("method") == "initialize"]
+    assert answer["client_received"] == "nothing", answer
+    assert "the client stopped reading" in str(answer["undelivered"]), answer
+    assert rows[-1]["event"] == "proxy_stopped" and rows[-1]["exit_code"] == 141
+    assert rows[-1]["client_write_failed"] is True and "stopped reading" in str(rows[-1]["ended_by"])
+
+
+def test_a_clean_stop_writes_the_closing_line_and_a_kill_does_not(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    command = [*MCPFAULT, "proxy", "-c", "error", "--events", str(events), "--no-summary", "--", *MOCK]
+    done = subprocess.run(command, input=json.dumps(INITIALIZE) + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, *middle, last = _event_lines(events)
+    assert first["event"] == "proxy_started" and [row["method"] for row in middle] == ["initialize"]
+    assert middle[0]["client_received"] == "response"
+    assert last == {
+        **last,
+        "event": "proxy_stopped",
+        "exit_code": 0,
+        "ended_by": "the client closed stdin",
+        "requests": 1,
+        "faults_injected": 0,
+        "client_write_failed": False,
+    }
+    killed = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert killed.stdin is not None and killed.stdout is not None
+    killed.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    killed.stdin.flush()
+    killed.stdout.readline()  # answered, so its event is written
+    killed.kill()
+    killed.wait(timeout=60)
+    killed.stdin.close()
+    killed.stdout.close()
+    launches = [row.get("event") for row in _event_lines(events) if "event" in row]
+    assert launches == ["proxy_started", "proxy_stopped", "proxy_started"]  # the killed launch has no closing line
+
+
+def test_a_profile_keeps_its_name_beside_its_rules_names() -> None:
+    loaded = profile.loads('name = "mine"\n[[faults]]\ntype = "error"\nname = "down"\n', source="p.toml")
+    assert loaded.name == "mine" and [rule.name for rule in loaded.rules] == ["down"]

@@ -368,7 +368,7 @@ def test_events_are_appended_with_a_line_per_start(proxy_factory, tmp_path):
     rows = read_jsonl(events_file)
     starts = [r for r in rows if r.get("event") == "proxy_started"]
     assert len(starts) == 2 and all(s["profile"] == "error" and s["transport"] == "stdio" for s in starts)
-    assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call"] * 2
+    assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call", "proxy_stopped"] * 2
 
 
 def test_lines_a_lane_passes_around_a_process_fault_in_one_chunk_all_arrive(proxy_factory, tmp_path):

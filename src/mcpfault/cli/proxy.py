@@ -173,8 +173,8 @@ def _proxy(args: argparse.Namespace) -> int:
         return await run_stdio(command, core, lifecycle, supervisor=supervisor, on_ready=ready)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe):
-            status = anyio.run(_with_control, args, controller, relay)
+        with _flushed_at_exit(events, telemetry, probe, core.stats) as ending:
+            status = ending["exit_code"] = anyio.run(_with_control, args, controller, relay)
         if not args.no_summary:
             summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
             if probe is not None:
@@ -371,14 +371,28 @@ async def _with_control(
 
 
 @contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator[None]:
-    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
+def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None, stats: Any = None) -> Iterator[dict[str, int]]:
+    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error).
+    The caller puts the exit status in the dict it is given; the events file's last line says it."""
+    ending: dict[str, int] = {}
     try:
-        yield
+        yield ending
     finally:
         if probe is not None:
             probe.drain()  # first: its last reports go to the events and the spans
         if events is not None:
+            if stats is not None:
+                from mcpfault.proxy.events import stop_record
+
+                events.write(
+                    stop_record(
+                        ending.get("exit_code"),
+                        stats.ended_by,
+                        requests=sum(stats.requests.values()),
+                        faults=sum(stats.faults.values()),
+                        client_write_failed=stats.client_write_failed,
+                    )
+                )
             events.close()
         telemetry.close()
 
@@ -465,8 +479,9 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         return await http.serve(proxy, listen, announce)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe):
+        with _flushed_at_exit(events, telemetry, probe, sessions.stats) as ending:
             status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
+            ending["exit_code"] = status
         if not args.no_summary:
             owned = proxy.owned
             supervisor = owned.supervisor if owned is not None else None

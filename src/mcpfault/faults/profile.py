@@ -250,12 +250,13 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         rule = _rule(index, raw, source, catalog, problems)
         # The name is checked from the table, not the rule: a rule with other problems has none, and
         # its duplicate name is one more problem to list.
-        name = raw.get("name", f"{raw.get('type')}-{index}") if isinstance(raw, dict) else None
-        if isinstance(name, str) and name:
-            if name in seen_names:
-                message = f"{name!r} is already the name of faults[{seen_names[name]}]; rule names must be unique"
-                problems.append(Problem(source, index, "name", message, name))
-            seen_names.setdefault(name, index)
+        rule_name = raw.get("name", f"{raw.get('type')}-{index}") if isinstance(raw, dict) else None
+        if isinstance(rule_name, str) and rule_name:
+            if rule_name in seen_names:
+                first = seen_names[rule_name]
+                message = f"{rule_name!r} is already the name of faults[{first}]; rule names must be unique"
+                problems.append(Problem(source, index, "name", message, rule_name))
+            seen_names.setdefault(rule_name, index)
         if rule is not None:
             rules.append(rule)
     if problems:
