@@ -313,3 +313,35 @@ def test_a_clean_stop_writes_the_closing_line_and_a_kill_does_not(tmp_path: Path
 def test_a_profile_keeps_its_name_beside_its_rules_names() -> None:
     loaded = profile.loads('name = "mine"\n[[faults]]\ntype = "error"\nname = "down"\n', source="p.toml")
     assert loaded.name == "mine" and [rule.name for rule in loaded.rules] == ["down"]
+
+
+def _with_stdout_closed(*args: str) -> subprocess.CompletedProcess[str]:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `| head -1` after its line: every write now fails with EPIPE
+    try:
+        return subprocess.run([*MCPFAULT, *args], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+# Defect 5: one closed-pipe convention (141) for every command, rich's tables included.
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("faults",),
+        ("validate", "mixed"),
+        ("proxy", "--dry-run", "-c", "error", "--", *MOCK),
+        ("experiment", "run", "server-killed", "--dry-run"),
+    ],
+)
+def test_a_reader_that_leaves_gets_141_from_every_command(args: tuple[str, ...]) -> None:
+    done = _with_stdout_closed(*args)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_traces_show_with_its_reader_gone_exits_141(tmp_path: Path) -> None:
+    ran = cli("run", "--profile", "error", "--tasks", "2", "--out", str(tmp_path / "run"))
+    assert ran.returncode == 0, ran.stderr
+    done = _with_stdout_closed("traces", "show", str(tmp_path / "run"))
+    assert done.returncode == 141, done.stderr

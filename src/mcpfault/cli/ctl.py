@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, usage
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, stdout_console, usage
 from mcpfault.errors import UsageError
 
 EXIT_UNREACHABLE = 3
@@ -196,9 +196,8 @@ def _print_rules(answer: dict[str, Any]) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)  # a pipe gets whole names
+    return stdout_console(160, highlight=False)  # a pipe gets whole names
 
 
 def _window(rule: dict[str, Any]) -> str:

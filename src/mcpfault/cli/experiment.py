@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_OK, check_files, usage
+from mcpfault.cli.common import EXIT_OK, check_files, stdout_console, usage
 
 EXIT_INVALID = 2
 
@@ -88,10 +88,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_timeline(plan: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    console = stdout_console(140, highlight=False)
     table = Table(title=f"{plan.title} ({plan.total_s:g} s)", title_justify="left")
     for column in ("t (s)", "what", "until (s)"):
         table.add_column(column)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics, stdout_console
 from mcpfault.errors import UsageError
 
 
@@ -264,10 +264,9 @@ def _workflows(option: str | None) -> tuple[str, ...]:
 
 
 def _console() -> Any:
-    from rich.console import Console
 
     # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
-    return Console(width=None if sys.stdout.isatty() else 110)
+    return stdout_console(110)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import announce_metrics, logging_options
+from mcpfault.cli.common import announce_metrics, logging_options, stdout_console
 from mcpfault.errors import UsageError
 from mcpfault.loopback import require_token_beyond_loopback
 
@@ -197,7 +197,6 @@ def _say_not_carried(rules: list[Any], *, owns_process: bool) -> None:
 
 def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     import anyio
-    from rich.console import Console
     from rich.table import Table
 
     from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK
@@ -209,7 +208,7 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     loaded = _proxy_profile(args)
     inventory = anyio.run(dry_run.read_inventory, command)
     report = dry_run.match(loaded, inventory, HTTP if args.listen is not None else STDIO)
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = stdout_console(120, highlight=False)
 
     def offered(kind: str, names: tuple[str, ...] | None) -> str:
         return f"{kind}: not offered" if names is None else f"{kind}: {len(names)}"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, usage
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, stdout_console, usage
 from mcpfault.errors import UsageError
 
 
@@ -186,7 +186,6 @@ def _traces_export(args: argparse.Namespace) -> int:
 
 
 def _traces_show(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
     from rich.tree import Tree
 
@@ -199,7 +198,7 @@ def _traces_show(args: argparse.Namespace) -> int:
     if not spans:
         raise UsageError(f"no spans under {args.run_dir}: it holds no *spans.jsonl (was it a run's --out directory?)")
     roots = trace_tree.trees(spans)
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    console = stdout_console(160, highlight=False)
     if args.trace is not None:
         chosen = [r for r in roots if r.span.trace_id.startswith(args.trace.lower())]
         if not chosen:
