@@ -345,3 +345,20 @@ def test_traces_show_with_its_reader_gone_exits_141(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     done = _with_stdout_closed("traces", "show", str(tmp_path / "run"))
     assert done.returncode == 141, done.stderr
+
+
+# Friction 1: ctl add takes a bundled profile's name, as proxy --config does.
+def test_ctl_add_takes_a_bundled_name(tmp_path: Path) -> None:
+    from tests.conftest import PROFILES, SCRIPTED_SERVER
+    from tests.control_support import ControlledHttpProxy
+
+    proxy = ControlledHttpProxy(PROFILES / "baseline.toml", tmp_path, [sys.executable, str(SCRIPTED_SERVER)])
+    try:
+        added = cli("ctl", "--control", proxy.control, "add", "error", cwd=tmp_path)  # no profiles/ here
+        assert added.returncode == 0, added.stderr
+        assert "added rule 'internal-error'" in added.stdout
+        unknown = cli("ctl", "--control", proxy.control, "add", "eror", cwd=tmp_path)
+        assert unknown.returncode == 2 and "unknown profile 'eror' (did you mean 'error'?)" in unknown.stderr
+    finally:
+        proxy.close()
+    assert "mcpfault ctl add error" in cli("ctl", "--help").stdout

@@ -6,7 +6,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, stdout_console, usage
@@ -18,14 +17,14 @@ EXIT_DENIED = 4
 EPILOG = """exit codes:
   0  done
   1  the proxy refused the request (an invalid rule, no such rule, a duplicate name, no process to act on)
-  2  bad command-line input, or FILE.toml is not a valid profile
+  2  bad command-line input, or PROFILE is not a valid profile (or no such bundled name)
   3  nothing answered at the control URL
   4  access denied (a missing or wrong MCPFAULT_CONTROL_TOKEN, or a Host/Origin refused)
 
-examples:
-  mcpfault proxy -c profiles/baseline.toml --control 127.0.0.1:8474 -- mcpfault mock-server
+examples (error and baseline are bundled profiles: mcpfault profiles lists them; a .toml path works too):
+  mcpfault proxy -c baseline --control 127.0.0.1:8474 -- mcpfault mock-server
   mcpfault ctl list
-  mcpfault ctl add profiles/error.toml
+  mcpfault ctl add error
   mcpfault ctl off"""
 
 
@@ -50,8 +49,8 @@ def add_parser(commands: Any) -> None:
     actions = ctl.add_subparsers(dest="ctl_command", metavar="ACTION")
     actions.add_parser("status", help="requests, faults, server process, whether faults are on")
     actions.add_parser("list", help="the live rules with their matched and injected counts")
-    add = actions.add_parser("add", help="add the [[faults]] rules of a profile file")
-    add.add_argument("file", type=Path, metavar="FILE.toml")
+    add = actions.add_parser("add", help="add the [[faults]] rules of a profile (a .toml path or a bundled name)")
+    add.add_argument("file", metavar="PROFILE", help="a .toml path or a bundled profile's name (as proxy --config)")
     remove = actions.add_parser("remove", help="remove a rule")
     remove.add_argument("name", metavar="NAME")
     actions.add_parser("off", help="switch every fault off at once (the kill switch)")
@@ -117,13 +116,14 @@ def _run(args: argparse.Namespace, client: Any) -> int:
     return EXIT_OK
 
 
-def _add(client: Any, path: Path) -> int:
-    """Validate the file as ``validate`` does (messages name the file), then add each rule."""
+def _add(client: Any, given: str) -> int:
+    """Validate the profile as ``validate`` does (messages name the file), then add each rule."""
     import tomllib
 
     from mcpfault.errors import ProfileError
     from mcpfault.faults import profile
 
+    path = profile.resolve(given)  # a bundled name as proxy --config takes it; a UsageError says what exists
     try:
         loaded = profile.load(path)
     except ProfileError as exc:
