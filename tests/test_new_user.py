@@ -362,3 +362,37 @@ def test_ctl_add_takes_a_bundled_name(tmp_path: Path) -> None:
     finally:
         proxy.close()
     assert "mcpfault ctl add error" in cli("ctl", "--help").stdout
+
+
+# Friction 6: exact interval bounds, and percentages clear of the whiskers.
+def test_intervals_read_as_their_exact_bounds_to_one_decimal() -> None:
+    from mcpfault.analysis.summary import wilson
+    from mcpfault.harness.formatting import interval
+
+    assert interval(wilson(98, 100)) == "93.0-99.4%"  # rounded outward this read 92-100%
+    assert interval(wilson(0, 10)) == "0.0-27.8%" and interval(wilson(100, 100)) == "96.3-100.0%"
+    assert interval((0.15, 0.25)) == "15.0-25.0%"  # half up, not float noise
+
+
+def test_outcome_percentages_do_not_overlap_the_whiskers() -> None:
+    import re
+
+    from mcpfault.analysis.records import TaskRecord
+    from mcpfault.harness.charts import BAR_H
+    from mcpfault.harness.report import render_charts, summarize
+
+    outcomes = ["success"] * 6 + ["recovered"] * 2 + ["failed_detected", "failed_silent"]
+    records = [
+        TaskRecord("mixed", "naive", 0, task, "site_triage", outcome)  # type: ignore[arg-type]
+        for task, outcome in enumerate(outcomes)
+    ]
+    svg = render_charts(summarize(records))["outcomes.svg"]
+    bar_tops = [float(y) for y in re.findall(r'<rect class="bar bar-success"[^>]* y="([\d.]+)"', svg)]
+    labels = [float(y) for y in re.findall(r'<text [^>]*y="([\d.]+)"[^>]*font-size="11"[^>]*>\d+%<', svg)]
+    whisker = re.search(r'<path class="interval" d="M[\d.]+ ([\d.]+)H[\d.]+M[\d.]+ ([\d.]+)V([\d.]+)', svg)
+    assert bar_tops and labels and whisker is not None, svg
+    (top,) = bar_tops
+    line_y, cap_top, cap_bottom = (float(whisker.group(i)) for i in (1, 2, 3))
+    inside = [label for label in labels if top <= label <= top + BAR_H]  # the bar's own percentages
+    assert len(inside) == 4 and all(label <= cap_top for label in inside), (inside, cap_top)  # digits end there
+    assert line_y == top + BAR_H and cap_bottom > line_y
