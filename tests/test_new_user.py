@@ -396,3 +396,25 @@ def test_outcome_percentages_do_not_overlap_the_whiskers() -> None:
     inside = [label for label in labels if top <= label <= top + BAR_H]  # the bar's own percentages
     assert len(inside) == 4 and all(label <= cap_top for label in inside), (inside, cap_top)  # digits end there
     assert line_y == top + BAR_H and cap_bottom > line_y
+
+
+# Friction 8: progress shows as plain lines when stdout is not a terminal.
+def test_plain_progress_prints_a_line_every_interval_and_at_the_end() -> None:
+    import io
+
+    from mcpfault.cli.progress import PlainProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    plain = PlainProgress("bench", 4, out=out, every_s=5.0, clock=lambda: now[0])
+    for at in (1.0, 6.0, 7.0, 12.5):
+        now[0] = at
+        plain.advance()
+    plain.finish()
+    assert out.getvalue().splitlines() == ["bench: 2/4 tasks, 6.0 s", "bench: 4/4 tasks, 12.5 s"]
+
+
+def test_run_shows_progress_in_a_log(tmp_path: Path) -> None:
+    done = cli("run", "--profile", "error", "--agent", "naive", "--tasks", "3", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert "error / naive: 3 tasks to run" in done.stderr and "error / naive: 3/3 tasks, " in done.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics, stdout_console
+from mcpfault.cli.progress import progress
 from mcpfault.errors import UsageError
 
 
@@ -271,7 +272,6 @@ def _console() -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     import anyio
-    from rich.progress import Progress
 
     from mcpfault.analysis.records import write_records
     from mcpfault.faults import profile
@@ -326,9 +326,8 @@ def _run(args: argparse.Namespace) -> int:
     live = LiveMetrics.start(args.metrics_addr)
     announce_metrics(live.url)
     try:
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
-            result = anyio.run(run_session, plan, world, lambda: bar.advance(task))
+        with progress(f"{loaded.name} / {agent}", args.tasks, console) as advance:
+            result = anyio.run(run_session, plan, world, advance)
         live.record(result.records)
     finally:
         live.close()
@@ -356,7 +355,6 @@ def _bench(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     import anyio
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mcpfault.analysis.records import write_records
     from mcpfault.analysis.server import write_accounts
@@ -413,15 +411,13 @@ def _bench(args: argparse.Namespace) -> int:
     console = _console()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     total = sum(len(p.tasks) for p in plans)
-    columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
     announce_metrics(live.url)
     try:
-        with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task("bench", total=total)
-            result = anyio.run(run_bench, config, plans, world, lambda: bar.advance(task), live.record)
+        with progress("bench", total, console) as advance:
+            result = anyio.run(run_bench, config, plans, world, advance, live.record)
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
