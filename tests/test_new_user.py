@@ -418,3 +418,15 @@ def test_run_shows_progress_in_a_log(tmp_path: Path) -> None:
     done = cli("run", "--profile", "error", "--agent", "naive", "--tasks", "3", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "error / naive: 3 tasks to run" in done.stderr and "error / naive: 3/3 tasks, " in done.stderr
+
+
+# Friction 7: experiment list, as profiles lists the profiles.
+def test_experiment_list_names_every_bundled_experiment() -> None:
+    from mcpfault.experiments.plan import bundled
+
+    done = cli("experiment", "list", "--path")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(bundled()) and "server-killed" in bundled()
+    assert all(line.endswith(f"[{path}]") for line, path in zip(lines, bundled().values(), strict=True))
+    assert "The server is killed mid-session" in done.stdout
