@@ -430,3 +430,15 @@ def test_experiment_list_names_every_bundled_experiment() -> None:
     assert [line.split()[0] for line in lines] == list(bundled()) and "server-killed" in bundled()
     assert all(line.endswith(f"[{path}]") for line, path in zip(lines, bundled().values(), strict=True))
     assert "The server is killed mid-session" in done.stdout
+
+
+# Friction 4: a server's own exit reads as one in the summary.
+def test_a_crash_no_fault_caused_reads_as_the_servers_own_exit() -> None:
+    from mcpfault.faults.profile import ServerSettings
+    from mcpfault.proxy.supervisor import Supervisor, crash_causes, describe_status
+
+    supervisor = Supervisor(["true"], ServerSettings())
+    supervisor.died(3, shutting_down=False)
+    assert crash_causes(supervisor) == "exited by itself (status 3) 1"
+    assert describe_status(137) == "status 137 (SIGKILL)" and describe_status(1) == "status 1"
+    assert warnings_of(profile.loads('[server]\nrestart = "on-crash"\n', source="p.toml")) == []

@@ -174,6 +174,9 @@ def test_sigterm_is_forwarded_and_the_proxy_exits_with_the_servers_status(proxy_
     proxy.signal(signal.SIGTERM)
     answer = proxy.read_json(timeout=5)
     assert answer["id"] == 1 and "exited with code 143" in answer["error"]["message"]
+    # The proxy was signalled, not the server dying on its own: the client is told so.
+    assert "the proxy is stopping (signal SIGTERM, passed on to the MCP server" in answer["error"]["message"]
+    assert answer["error"]["data"]["mcpfault"]["proxy_stopping"] == "signal SIGTERM"
     assert proxy.wait() == 143
     assert "forwarding signal" in proxy.stderr()
 

@@ -126,7 +126,8 @@ class Profile:
     source: str = "<memory>"
     description: str = ""
     server: ServerSettings = ServerSettings()
-    # faults = [] written out: a relay on purpose (baseline), which no warning calls a mistake.
+    # faults = [] written out (a relay on purpose, as baseline), or a [server] table (a profile for the
+    # supervisor): no warning calls the missing rules a mistake.
     no_faults_on_purpose: bool = False
 
 
@@ -268,7 +269,8 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
         source=source,
         description=description,
         server=server,
-        no_faults_on_purpose=document.get("faults") == [],
+        # faults = [] written out, or a [server] table: the profile's point is its supervision.
+        no_faults_on_purpose=document.get("faults") == [] or "server" in document,
     )
 
 

@@ -687,10 +687,11 @@ class ProxyCore:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def upstream_exited(self, exit_code: int) -> list[Emit]:
+    def upstream_exited(self, exit_code: int, *, stopping: str | None = None) -> list[Emit]:
         """Answer every request the server never answered: no answer will ever come.
 
-        Responses a fault dropped stay lost; the client's EOF follows right after.
+        Responses a fault dropped stay lost; the client's EOF follows right after. ``stopping``: the
+        signal that ended the proxy (and, passed on, the server), for the answers to say so.
         """
         self.stats.upstream_exit_code = exit_code
         for observer in self._observers:
@@ -706,7 +707,11 @@ class ProxyCore:
         for pending in waiting:
             call = pending.call
             reply, received = server_gone_reply(
-                call.request_id, exit_status=exit_code, restarted_as=None, before=f"answering {call.method}"
+                call.request_id,
+                exit_status=exit_code,
+                restarted_as=None,
+                before=f"answering {call.method}",
+                stopping=stopping,
             )
             contacted = pending.decision.contacts_upstream
             self._record(pending, Delivery(reply), upstream_contacted=contacted, received=received)

@@ -552,7 +552,9 @@ class StdioProxy:
         self._delayed.clear()
         with self._core_lock:
             self.core.defer_events()  # the answers to what the server left unanswered: written below
-            emits = [emit for emit, _ in held] + self.core.upstream_exited(status)
+            ended_by = self.core.stats.ended_by or ""
+            stopping = ended_by if ended_by.startswith("signal ") else None  # the proxy's signal, not the server's
+            emits = [emit for emit, _ in held] + self.core.upstream_exited(status, stopping=stopping)
         if self._client_mid_line and any(emit.to is To.CLIENT for emit in emits):
             # End the server's partial line first: glued to it, our own answers would be lost too.
             emits.insert(0, Emit(To.CLIENT, b"\n"))
