@@ -442,3 +442,37 @@ def test_a_crash_no_fault_caused_reads_as_the_servers_own_exit() -> None:
     assert crash_causes(supervisor) == "exited by itself (status 3) 1"
     assert describe_status(137) == "status 137 (SIGKILL)" and describe_status(1) == "status 1"
     assert warnings_of(profile.loads('[server]\nrestart = "on-crash"\n', source="p.toml")) == []
+
+
+# Friction 6: the experiment timeline's axis ends with the run, and its method line is labelled.
+def test_the_experiment_timeline_ends_with_the_run_and_names_the_method_line() -> None:
+    import re
+    from pathlib import Path as _Path
+
+    from mcpfault.experiments.report import timeline_svg
+    from mcpfault.experiments.runner import Outcome
+
+    plan = experiment_from_mapping(_experiment(load={"agent": "resilient", "warmup_s": 2, "cooldown_s": 2}), "e.toml")
+    outcome = Outcome("id", "completed", "held", 0, _Path("."), t0=100.0, method_start=102.0, method_end=106.5)
+    rows = [(float(t), 3, 0, 0) for t in range(10)]  # buckets to 10 s, as write() asks for one more second
+    svg = timeline_svg(plan, outcome, rows)
+    ticks = re.findall(r'font-size="10" text-anchor="middle">([\d.]+)</text>', svg)
+    assert ticks[-1] == "8.5" and "10" not in ticks and "9" not in ticks, ticks
+    assert "method starts (2.0 s)" in svg
+
+
+def test_the_report_keeps_the_order_profiles_were_given_in(tmp_path: Path) -> None:
+    from mcpfault.analysis.records import TaskRecord
+    from mcpfault.harness.report import ReportMeta, summarize, write_report
+
+    records = [
+        TaskRecord(name, "naive", 0, 0, "site_triage", "success")  # type: ignore[arg-type]
+        for name in ("error", "timeout")
+    ]
+    assert summarize(records).profiles == ("timeout", "error")  # the usual order, when none is given
+    assert summarize(records, ("error", "timeout")).profiles == ("error", "timeout")
+    meta = ReportMeta(
+        "mcpfault bench --profiles error,timeout", 0, 1, 1.0, 1, "t", "m", profile_order=("error", "timeout")
+    )
+    text = write_report(records, tmp_path, meta).read_text()
+    assert text.index("| error ") < text.index("| timeout ")

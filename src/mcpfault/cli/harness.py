@@ -356,8 +356,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from mcpfault.analysis.records import write_records
+    from mcpfault.analysis.records import row_name, write_records
     from mcpfault.analysis.server import write_accounts
+    from mcpfault.analysis.summary import summarize
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
         SERVER_ACCOUNTS,
@@ -407,6 +408,8 @@ def _bench(args: argparse.Namespace) -> int:
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
+    # The report's rows in the order --profiles gave them (plans follow it), not the default order.
+    rows_in_order = tuple(dict.fromkeys(row_name(p.profile_name, p.transport) for p in plans))
     _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), llm)
     console = _console()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -447,10 +450,11 @@ def _bench(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
         session_tasks=args.session_tasks,
         trials=args.trials,
+        profile_order=rows_in_order,
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None
-    print_summary(result.records, console)
+    print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
     if result.records:
         print_model_usage(result.records, console)
     console.print(

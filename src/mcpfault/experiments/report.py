@@ -42,7 +42,11 @@ def recovery_s(rows: Sequence[tuple[float, int, int, int]], action_start_s: floa
 
 
 def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, int, int]]) -> str:
-    span_s = max(rows[-1][0] + BUCKET_S, 1.0) if rows else 1.0
+    # The axis ends where the run did (the method's end plus the cool-down), not at the next whole bucket.
+    buckets_s = max(rows[-1][0] + BUCKET_S, 1.0) if rows else 1.0
+    run_s = outcome.method_end - outcome.t0 + plan.cooldown_s if outcome.t0 else buckets_s
+    span_s = min(buckets_s, run_s) if run_s > 0 else buckets_s
+    rows = [r for r in rows if r[0] < span_s]
     peak = max([max(r[1:]) for r in rows] + [1])
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
@@ -71,7 +75,7 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
         )
         parts.append(f'<text x="{sx + 3:.1f}" y="{TOP + plot_h - 4}" font-size="10">stopped</text>')
     for index, (label, colour) in enumerate(SERIES):
-        points = " ".join(f"{x(r[0] + BUCKET_S / 2):.1f},{y(r[1 + index]):.1f}" for r in rows)
+        points = " ".join(f"{x(min(r[0] + BUCKET_S / 2, span_s)):.1f},{y(r[1 + index]):.1f}" for r in rows)
         parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
         ly = TOP + 16 * index + 8
         key = f'x1="{WIDTH - RIGHT + 12}" x2="{WIDTH - RIGHT + 30}" y1="{ly}" y2="{ly}"'
@@ -80,13 +84,21 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
     parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" stroke="#333"/>')
     parts.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
     step = max(1, math.ceil(span_s / 10))
-    for t in range(0, int(span_s) + 1, step):
-        parts.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 14}" font-size="10" text-anchor="middle">{t}</text>')
+    ticks: list[float] = list(range(0, int(span_s) + 1, step))
+    if span_s - ticks[-1] >= 0.4 * step:  # the run's own end, when it falls between ticks (8.5 s)
+        ticks.append(round(span_s, 1))
+    for t in ticks:
+        label = f"{t:g}"
+        parts.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 14}" font-size="10" text-anchor="middle">{label}</text>')
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" font-size="11" text-anchor="middle">seconds</text>')
     parts.append(f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{peak}</text>')
     parts.append(f'<text x="{LEFT - 6}" y="{TOP + plot_h}" font-size="10" text-anchor="end">0</text>')
     mx = x(method_start)
     parts.append(_vline(mx, plot_h, 'stroke="#666" stroke-width="0.8"'))
+    parts.append(
+        f'<text class="method-start" x="{mx + 3:.1f}" y="{TOP + plot_h - 16}" font-size="10" fill="#444">'
+        f"method starts ({method_start:.1f} s)</text>"
+    )
     title = xml(f"{plan.title}: requests, errors and faults per second (shaded: actions)")
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '

@@ -108,6 +108,7 @@ class ReportMeta:
     broken: tuple[tuple[str, str, int, str], ...] = ()
     session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
     trials: int = 1  # bench --trials K
+    profile_order: tuple[str, ...] = ()  # the report's rows in the order bench --profiles gave them
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -729,7 +730,7 @@ def write_report(
 
     Raises ValueError before touching the disk when there are no records.
     """
-    summary = summarize(records)
+    summary = summarize(records, meta.profile_order)
     charts = out_dir / "charts"
     charts.mkdir(parents=True, exist_ok=True)
     # newline="\n" keeps the bytes identical on Windows, where text mode would write CRLF.
