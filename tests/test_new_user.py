@@ -476,3 +476,17 @@ def test_the_report_keeps_the_order_profiles_were_given_in(tmp_path: Path) -> No
     )
     text = write_report(records, tmp_path, meta).read_text()
     assert text.index("| error ") < text.index("| timeout ")
+
+
+# Friction 3: a missing launcher is named, with what to install.
+def test_a_missing_uvx_says_what_to_install(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*MCPFAULT, "proxy", "-c", "error", "--", str(tmp_path / "uvx"), "mcp-server-time"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 127
+    assert "uvx comes with uv: 'pip install uv'" in done.stderr
+    assert "pip install mcp-server-time, then '-- mcp-server-time'" in done.stderr
