@@ -490,3 +490,44 @@ def test_a_missing_uvx_says_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == 127
     assert "uvx comes with uv: 'pip install uv'" in done.stderr
     assert "pip install mcp-server-time, then '-- mcp-server-time'" in done.stderr
+
+
+# Friction 9: a bench's span files are gzipped once judged, and every reader takes them.
+@pytest.mark.usefixtures("clean_otel_env")
+def test_compressed_span_files_read_as_written(tmp_path: Path, receiver: object) -> None:
+    from mcpfault.analysis.trace_tree import read_run
+    from mcpfault.telemetry.export import export_run
+    from mcpfault.telemetry.span_files import compress_span_files, find_span_files, read_spans
+    from tests.test_export import write_run
+
+    def span_key(view: object) -> tuple[str, str]:
+        return (view.trace_id, view.span_id)  # type: ignore[attr-defined]
+
+    run_dir = tmp_path / "run"
+    write_run(run_dir)
+    before = {path.relative_to(run_dir): read_spans(path) for path in find_span_files(run_dir)}
+    sizes = sum(path.stat().st_size for path in find_span_files(run_dir))
+    for session in ("s0", "s1"):
+        compress_span_files(run_dir / session, ("client-spans.jsonl", "proxy-spans.jsonl", "server-spans.jsonl"))
+    files = find_span_files(run_dir)
+    assert files and all(path.name.endswith(".jsonl.gz") for path in files)
+    assert sum(path.stat().st_size for path in files) < sizes
+    for relative, spans in before.items():
+        assert read_spans(run_dir / relative) == spans  # the plain name still reads: its .gz stands in
+    assert sorted(map(span_key, read_run(run_dir))) == sorted(
+        span_key(view) for spans in before.values() for view in spans
+    )
+    summary = export_run(run_dir, receiver.base_url)  # type: ignore[attr-defined]
+    assert summary.ok and summary.spans == sum(map(len, before.values())), summary.describe()
+
+
+def test_a_cut_compressed_span_file_gives_what_it_holds(tmp_path: Path) -> None:
+    import gzip
+
+    from mcpfault.telemetry.span_files import span_file_bytes
+
+    text = b"".join(b'{"resourceSpans": []}\n' for _ in range(2000))
+    packed = gzip.compress(text)
+    (tmp_path / "x-spans.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    kept = span_file_bytes(tmp_path / "x-spans.jsonl")
+    assert kept and text.startswith(kept)

@@ -74,6 +74,12 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
     bench.add_argument(
+        "--plain-spans",
+        action="store_true",
+        help="keep each session's span files as written; by default they are gzipped once the session is judged "
+        "(*-spans.jsonl.gz, a fifth of the size; traces show and traces export read both; zcat for jq)",
+    )
+    bench.add_argument(
         "--trials",
         type=int,
         default=1,
@@ -401,6 +407,7 @@ def _bench(args: argparse.Namespace) -> int:
         era=args.era,
         # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
         http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
+        compress_spans=not args.plain_spans,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
