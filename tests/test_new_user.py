@@ -531,3 +531,17 @@ def test_a_cut_compressed_span_file_gives_what_it_holds(tmp_path: Path) -> None:
     (tmp_path / "x-spans.jsonl.gz").write_bytes(packed[: len(packed) // 2])
     kept = span_file_bytes(tmp_path / "x-spans.jsonl")
     assert kept and text.startswith(kept)
+
+
+# Friction 10: server-killed exercises writes, and its recovery says what it measured.
+def test_the_server_killed_experiment_writes_and_says_when_no_recovery_was_needed() -> None:
+    from mcpfault.experiments.plan import load
+    from mcpfault.experiments.report import recovery_s, saw_errors
+
+    plan = load("server-killed")
+    assert plan.load is not None
+    assert {"maintenance_roundtrip", "open_incident"} <= set(plan.load.workflows)  # the workflows that write
+    untroubled = [(float(t), 10, 0, 0) for t in range(8)]  # the kill at 2 s, and not one request failed
+    assert recovery_s(untroubled, 2.0) == 0.0 and not saw_errors(untroubled, 2.0)
+    troubled = [*untroubled[:3], (3.0, 10, 4, 0), *untroubled[4:]]
+    assert recovery_s(troubled, 2.0) == 2.0 and saw_errors(troubled, 2.0)

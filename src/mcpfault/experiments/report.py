@@ -31,6 +31,11 @@ def buckets(events_path: Path, t0: float, until: float) -> list[tuple[float, int
     return [(i * BUCKET_S, *row) for i, row in enumerate(rows)]  # type: ignore[misc]
 
 
+def saw_errors(rows: Sequence[tuple[float, int, int, int]], action_start_s: float) -> bool:
+    """Whether any request failed from the second of a process action's start on."""
+    return any(r[2] for r in rows if r[0] >= math.floor(action_start_s))
+
+
 def recovery_s(rows: Sequence[tuple[float, int, int, int]], action_start_s: float) -> float | None:
     """From a process action's start to the first second with requests and no errors after its first error."""
     after = [r for r in rows if r[0] >= math.floor(action_start_s)]
@@ -145,10 +150,21 @@ def write(plan: Plan, outcome: Outcome, out_dir: Path) -> Path:
         action = run.action
         recovery = "-"
         if action.process is not None and run.started is not None:
-            found = recovery_s(rows, run.started - outcome.t0)
-            recovery = f"{found:g} s" if found is not None else "not recovered"
+            start = run.started - outcome.t0
+            found = recovery_s(rows, start)
+            if found is not None and not saw_errors(rows, start):
+                recovery = "none needed: no request failed"  # the server was back before anyone asked it
+            else:
+                recovery = f"{found:g} s" if found is not None else "not recovered"
         window = f"{action.start_after_s:g}-{action.end_s:g}"
         lines.append(f"| {action.name} | {action.describe()} | {window} | {run.state} | {recovery} |")
+    if any(run.action.process is not None for run in outcome.actions):
+        lines += [
+            "",
+            "Recovery: from a process action's start to the first second with requests and no failed one, "
+            'after its first failed request; "none needed" when no request failed (the server was restarted '
+            "between requests, so the kill cost the agent nothing it could see).",
+        ]
     if plan.stop_conditions:
         lines += ["", "## Stop conditions", "", "| condition | tolerance | checks | last value |", "|---|---|---|---|"]
         for spec in plan.stop_conditions:
