@@ -466,7 +466,7 @@ def test_the_report_keeps_the_order_profiles_were_given_in(tmp_path: Path) -> No
     from mcpfault.harness.report import ReportMeta, summarize, write_report
 
     records = [
-        TaskRecord(name, "naive", 0, 0, "site_triage", "success")  # type: ignore[arg-type]
+        TaskRecord(name, "naive", 0, 0, "site_triage", "success")
         for name in ("error", "timeout")
     ]
     assert summarize(records).profiles == ("timeout", "error")  # the usual order, when none is given
