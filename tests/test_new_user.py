@@ -465,10 +465,7 @@ def test_the_report_keeps_the_order_profiles_were_given_in(tmp_path: Path) -> No
     from mcpfault.analysis.records import TaskRecord
     from mcpfault.harness.report import ReportMeta, summarize, write_report
 
-    records = [
-        TaskRecord(name, "naive", 0, 0, "site_triage", "success")
-        for name in ("error", "timeout")
-    ]
+    records = [TaskRecord(name, "naive", 0, 0, "site_triage", "success") for name in ("error", "timeout")]
     assert summarize(records).profiles == ("timeout", "error")  # the usual order, when none is given
     assert summarize(records, ("error", "timeout")).profiles == ("error", "timeout")
     meta = ReportMeta(
