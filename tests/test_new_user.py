@@ -542,3 +542,29 @@ def test_the_server_killed_experiment_writes_and_says_when_no_recovery_was_neede
     assert recovery_s(untroubled, 2.0) == 0.0 and not saw_errors(untroubled, 2.0)
     troubled = [*untroubled[:3], (3.0, 10, 4, 0), *untroubled[4:]]
     assert recovery_s(troubled, 2.0) == 2.0 and saw_errors(troubled, 2.0)
+
+
+def test_an_http_proxy_stopped_by_a_signal_says_so_in_its_closing_line(tmp_path: Path) -> None:
+    import signal
+
+    events = tmp_path / "events.jsonl"
+    proxy = subprocess.Popen(
+        [*MCPFAULT, "proxy", "-c", "baseline", "--events", str(events), "--listen", "127.0.0.1:0", "--", *MOCK],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proxy.stderr is not None
+    try:
+        for line in proxy.stderr:
+            if "mcpfault: serving" in line:
+                break
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=60)
+    finally:
+        proxy.kill()
+        proxy.stderr.close()
+    last = _event_lines(events)[-1]
+    assert last["event"] == "proxy_stopped" and last["ended_by"] == "signal SIGTERM", last
+    assert last["exit_code"] == proxy.returncode
