@@ -903,6 +903,11 @@ class ProxyCore:
         # written now, with the delay the client waits on top.
         self._write_event(record, pending.started, later_s=delay_s if delivery.data is not None else 0.0)
 
+    @property
+    def writes_events(self) -> bool:
+        """Whether an events sink was given (a transport defers nothing otherwise)."""
+        return self._events is not None
+
     def defer_events(self) -> None:
         """Hold this thread's event records until ``write_deferred_events``: the transport calls it
         before handling lines whose answers it writes after the core's lock is released."""

@@ -101,6 +101,7 @@ class StdioProxy:
         if server.settings.restart != "never":
             core.generation = server.generation
         core.holds_lost_answers = True  # its relay performs what from_server returns (see _relay)
+        self._defer_events = core.writes_events  # no events file: nothing to hold until the write
 
     def _in_loop(self, function: Callable[..., object], *args: object) -> None:
         """Run ``function`` on the event loop's thread, from whichever thread we are on (in order,
@@ -386,8 +387,10 @@ class StdioProxy:
         to_server: list[bytes] = []
         to_client: list[bytes] = []
         later: list[Emit] = []
+        defer = self._defer_events
         with self._core_lock:
-            self.core.defer_events()  # written below, once it is known whether the client got the answers
+            if defer:
+                self.core.defer_events()  # written below, once it is known whether the client got the answers
             for line in lines:
                 try:
                     if lane is not None and (data := lane(line)) is not None:
@@ -416,8 +419,9 @@ class StdioProxy:
         undelivered = None
         if to_client and not self._to_client.write(b"".join(to_client) if len(to_client) > 1 else to_client[0]):
             undelivered = self._client_stopped_reading()
-        with self._core_lock:
-            self.core.write_deferred_events(undelivered)
+        if defer:
+            with self._core_lock:
+                self.core.write_deferred_events(undelivered)
         if to_server and natural is To.CLIENT:
             # From the server's own lines: the replayed handshake's end, which must not wait behind what is held.
             if not self._client_gone:
