@@ -233,7 +233,7 @@ def test_supervisor_restarts_a_server_that_exits_by_itself(tmp_path: Path) -> No
         assert first != second
         proxy.close_stdin()
         proxy.wait()
-        assert "server: generation 1, crashes none 1, restarts 1" in proxy.stderr()
+        assert "server: generation 1, crashes exited by itself (status 3) 1, restarts 1" in proxy.stderr()
     finally:
         proxy.close()
 

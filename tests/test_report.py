@@ -196,9 +196,11 @@ def test_command_with_backticks_gets_a_longer_fence() -> None:
 
 
 def test_proxy_overhead_table_only_when_given(tmp_path: Path) -> None:
-    assert "## Proxy overhead" not in write(tmp_path, records())
+    assert "## Proxy time under the bench's load" not in write(tmp_path, records())
     meta = ReportMeta(**{**META.__dict__, "proxy_overhead": {"proxied_p50_ms": 0.63, "direct_p50_ms": 0.41}})
-    rows = table(render_markdown(summarize(records()), meta), "Proxy overhead")
+    text = render_markdown(summarize(records()), meta)
+    assert "Not the proxy's overhead" in text and "benchmarks/stdio_overhead.py" in text  # labelled as what it is
+    rows = table(text, "Proxy time under the bench's load")
     assert rows == [["figure", "value"], ["direct_p50_ms", "0.410 ms"], ["proxied_p50_ms", "0.630 ms"]]
 
 

@@ -174,6 +174,9 @@ def test_sigterm_is_forwarded_and_the_proxy_exits_with_the_servers_status(proxy_
     proxy.signal(signal.SIGTERM)
     answer = proxy.read_json(timeout=5)
     assert answer["id"] == 1 and "exited with code 143" in answer["error"]["message"]
+    # The proxy was signalled, not the server dying on its own: the client is told so.
+    assert "the proxy is stopping (signal SIGTERM, passed on to the MCP server" in answer["error"]["message"]
+    assert answer["error"]["data"]["mcpfault"]["proxy_stopping"] == "signal SIGTERM"
     assert proxy.wait() == 143
     assert "forwarding signal" in proxy.stderr()
 
@@ -368,7 +371,7 @@ def test_events_are_appended_with_a_line_per_start(proxy_factory, tmp_path):
     rows = read_jsonl(events_file)
     starts = [r for r in rows if r.get("event") == "proxy_started"]
     assert len(starts) == 2 and all(s["profile"] == "error" and s["transport"] == "stdio" for s in starts)
-    assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call"] * 2
+    assert [r.get("event", r.get("method")) for r in rows] == ["proxy_started", "tools/call", "proxy_stopped"] * 2
 
 
 def test_lines_a_lane_passes_around_a_process_fault_in_one_chunk_all_arrive(proxy_factory, tmp_path):

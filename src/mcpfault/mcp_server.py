@@ -213,6 +213,16 @@ def _text_bound(text: str, what: str) -> None:
         raise ToolError(f"{what} is larger than {MAX_TEXT_BYTES} bytes; refused")
 
 
+def _checked_rule(rule: dict[str, Any]) -> None:
+    """A rule checked as a profile's is (NaN and Infinity refused by name), before a dry run says it would add it."""
+    from mcpfault.faults.profile import rule_from_mapping
+
+    try:
+        rule_from_mapping(rule, source="set_faults rule")
+    except ProblemsError as exc:
+        raise ToolError("rule refused: " + "; ".join(_problems(exc))) from None
+
+
 def _problems(exc: ProblemsError) -> list[str]:
     return [str(problem) for problem in exc.problems]
 
@@ -453,6 +463,7 @@ def build() -> MCPServer:
             if not isinstance(rule, dict) or not isinstance(rule.get("name"), str):
                 raise ToolError("action 'add' needs rule: one [[faults]] table with a name")
             _name(rule["name"], "rule name")
+            _checked_rule(rule)
             what, undo = f"add rule {rule['name']!r} ({rule.get('type')})", f"set_faults remove name={rule['name']!r}"
         elif action == "remove":
             if name is None:

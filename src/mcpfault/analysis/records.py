@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mcpfault.protocol.jsonlines import dumps_line
+
 Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
@@ -94,7 +96,7 @@ def row_name(profile: str, transport: str) -> str:
 def write_records(path: Path, records: Iterable[TaskRecord]) -> None:
     with path.open("w", encoding="utf-8") as out:
         for record in records:
-            out.write(json.dumps(record.as_dict(), separators=(",", ":")) + "\n")
+            out.write(dumps_line(record.as_dict(), separators=(",", ":")) + "\n")
 
 
 def read_records(path: Path) -> Iterator[TaskRecord]:

@@ -197,7 +197,8 @@ class Summary:
 def ordered(names: Iterable[str], preferred: Sequence[str]) -> tuple[str, ...]:
     """The names in ``preferred`` order, then any others alphabetically."""
     unique = set(names)
-    return tuple([n for n in preferred if n in unique] + sorted(unique.difference(preferred)))
+    first = [n for n in dict.fromkeys(preferred) if n in unique]  # a name given twice keeps its first place
+    return tuple(first + sorted(unique.difference(preferred)))
 
 
 def percentile(values: Iterable[float], pct: int) -> float:
@@ -215,8 +216,10 @@ def percentile(values: Iterable[float], pct: int) -> float:
     return data[index] + (upper - data[index]) * remainder / 100
 
 
-def summarize(records: Iterable[TaskRecord]) -> Summary:
-    """Aggregate task records for the report and the terminal table; raise ValueError if there are none."""
+def summarize(records: Iterable[TaskRecord], profile_order: Sequence[str] = ()) -> Summary:
+    """Aggregate task records for the report and the terminal table; raise ValueError if there are none.
+    ``profile_order``: the report rows in the order the user gave them (``--profiles error,timeout``),
+    before the usual order of the rest."""
     items = list(records)
     if not items:
         raise ValueError("no task records: nothing to summarize (did the bench run any task?)")
@@ -226,7 +229,7 @@ def summarize(records: Iterable[TaskRecord]) -> Summary:
                 f"task {record.task_index} of {record.profile}/{record.agent}: unknown outcome "
                 f"{record.outcome!r}; one of {', '.join(OUTCOMES)}"
             )
-    profiles = ordered((r.row for r in items), ROW_ORDER)
+    profiles = ordered((r.row for r in items), (*profile_order, *ROW_ORDER))
     agents = ordered((r.agent for r in items), AGENT_ORDER)
     fault_types = ordered((t for r in items for t in _fault_types(r)), FAULT_TYPE_ORDER)
     classes, failures = _failures(items, agents)

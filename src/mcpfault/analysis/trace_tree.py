@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER, ordered
 from mcpfault.analysis.traces import SPAN_FILES, proxy_faults
 from mcpfault.telemetry import names
-from mcpfault.telemetry.span_files import SpanView, read_spans
+from mcpfault.telemetry.span_files import SpanView, find_span_files, read_spans
 
 _STATE_PREFIX = "mcpfault.state."
 
@@ -48,7 +48,7 @@ def check_run_dir(run_dir: Path) -> None:
 def read_run(run_dir: Path) -> list[SpanView]:
     """Every span written under ``run_dir`` (a run's or a bench's --out directory)."""
     spans: list[SpanView] = []
-    for path in sorted(run_dir.rglob("*spans.jsonl")):
+    for path in find_span_files(run_dir):  # as written, or compressed by the bench
         spans.extend(read_spans(path))
     return spans
 

@@ -1,15 +1,16 @@
 """The one entry point: ``mcpfault COMMAND``. Parses, wires, prints; the work happens elsewhere.
 
 Exit codes: 0 success; 1 a check failed (``validate`` found problems); 2 bad command-line input or an
-invalid profile; 127 the MCP server command could not be started; otherwise ``proxy`` exits with
-the server's own status (128+N when a signal N ended it).
+invalid profile; 127 the MCP server command could not be started; 141 (128+SIGPIPE) the reader of
+stdout went away (``| head``), for every command, and the proxy's client stopped reading while its
+server exited 0 (answers were lost); otherwise ``proxy`` exits with the server's own status (128+N
+when a signal N ended it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -28,7 +29,7 @@ from mcpfault.cli import (
     proxy,
     tools,
 )
-from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_USAGE
+from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_READER_LEFT, EXIT_USAGE
 from mcpfault.errors import ProfileError, UpstreamError, UsageError
 
 
@@ -65,7 +66,7 @@ def _reader_left() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 128 + signal.SIGPIPE
+    return EXIT_READER_LEFT
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcpfault.errors import ProblemsError, UsageError
 
@@ -17,6 +17,22 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NOT_STARTED = 127
+# stdout's reader went away (`| head`), or the proxy's client stopped reading: the status of a process
+# ended by SIGPIPE, as other command-line tools give. One convention for every command.
+EXIT_READER_LEFT = 141
+
+
+def stdout_console(width: int, **options: Any) -> Any:
+    """A rich Console on stdout, ``width`` columns when it is not a terminal (a pipe gets whole lines).
+    A reader that leaves ends the command as everywhere else (EXIT_READER_LEFT): rich's own
+    Console exits 1 then, which is also "a check failed"."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError  # cli.main turns it into EXIT_READER_LEFT, stdout to /dev/null
+
+    return _Console(width=None if sys.stdout.isatty() else width, **options)
 
 
 def logging_options(parser: argparse.ArgumentParser) -> None:

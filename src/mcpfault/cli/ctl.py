@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, usage
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, stdout_console, usage
+from mcpfault.errors import UsageError
 
 EXIT_UNREACHABLE = 3
 EXIT_DENIED = 4
@@ -16,14 +17,14 @@ EXIT_DENIED = 4
 EPILOG = """exit codes:
   0  done
   1  the proxy refused the request (an invalid rule, no such rule, a duplicate name, no process to act on)
-  2  bad command-line input, or FILE.toml is not a valid profile
+  2  bad command-line input, or PROFILE is not a valid profile (or no such bundled name)
   3  nothing answered at the control URL
   4  access denied (a missing or wrong MCPFAULT_CONTROL_TOKEN, or a Host/Origin refused)
 
-examples:
-  mcpfault proxy -c profiles/baseline.toml --control 127.0.0.1:8474 -- mcpfault mock-server
+examples (error and baseline are bundled profiles: mcpfault profiles lists them; a .toml path works too):
+  mcpfault proxy -c baseline --control 127.0.0.1:8474 -- mcpfault mock-server
   mcpfault ctl list
-  mcpfault ctl add profiles/error.toml
+  mcpfault ctl add error
   mcpfault ctl off"""
 
 
@@ -48,8 +49,8 @@ def add_parser(commands: Any) -> None:
     actions = ctl.add_subparsers(dest="ctl_command", metavar="ACTION")
     actions.add_parser("status", help="requests, faults, server process, whether faults are on")
     actions.add_parser("list", help="the live rules with their matched and injected counts")
-    add = actions.add_parser("add", help="add the [[faults]] rules of a profile file")
-    add.add_argument("file", type=Path, metavar="FILE.toml")
+    add = actions.add_parser("add", help="add the [[faults]] rules of a profile (a .toml path or a bundled name)")
+    add.add_argument("file", metavar="PROFILE", help="a .toml path or a bundled profile's name (as proxy --config)")
     remove = actions.add_parser("remove", help="remove a rule")
     remove.add_argument("name", metavar="NAME")
     actions.add_parser("off", help="switch every fault off at once (the kill switch)")
@@ -64,11 +65,14 @@ def add_parser(commands: Any) -> None:
 
 
 def _ctl(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from mcpfault.control.client import ApiError, Control, Unreachable
+    from mcpfault.control.client import ApiError, BadUrl, Control, Unreachable
 
     if args.ctl_command is None:
         return usage(parser)
-    client = Control(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+    try:
+        client = Control(args.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+    except BadUrl as exc:
+        raise UsageError(f"--control: {exc}") from None
     try:
         return _run(args, client)
     except Unreachable as exc:
@@ -101,8 +105,8 @@ def _run(args: argparse.Namespace, client: Any) -> int:
         answer = client.crash(args.signal)
         print(f"sent {answer['signal']} to the server (pid {answer['crashed']}, generation {answer['generation']})")
     elif command == "stall":
-        if args.seconds <= 0:
-            print("mcpfault ctl stall: give SECONDS > 0", file=sys.stderr)
+        if not math.isfinite(args.seconds) or args.seconds <= 0:
+            print(f"mcpfault ctl stall: got {args.seconds}; give SECONDS, a finite number > 0", file=sys.stderr)
             return EXIT_USAGE
         answer = client.stall(args.seconds)
         print(f"server (pid {answer['stalled']}) frozen for {answer['duration_s']:g} s")
@@ -112,13 +116,14 @@ def _run(args: argparse.Namespace, client: Any) -> int:
     return EXIT_OK
 
 
-def _add(client: Any, path: Path) -> int:
-    """Validate the file as ``validate`` does (messages name the file), then add each rule."""
+def _add(client: Any, given: str) -> int:
+    """Validate the profile as ``validate`` does (messages name the file), then add each rule."""
     import tomllib
 
     from mcpfault.errors import ProfileError
     from mcpfault.faults import profile
 
+    path = profile.resolve(given)  # a bundled name as proxy --config takes it; a UsageError says what exists
     try:
         loaded = profile.load(path)
     except ProfileError as exc:
@@ -191,9 +196,8 @@ def _print_rules(answer: dict[str, Any]) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)  # a pipe gets whole names
+    return stdout_console(160, highlight=False)  # a pipe gets whole names
 
 
 def _window(rule: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_OK, check_files, usage
+from mcpfault.cli.common import EXIT_OK, check_files, stdout_console, usage
 
 EXIT_INVALID = 2
 
@@ -19,6 +19,7 @@ EPILOG = """exit codes of run:
   4  failed: something could not start (the proxy, the target server, the load)
 
 examples:
+  mcpfault experiment list                                 (the bundled experiments, by name)
   mcpfault experiment validate experiments/*.toml
   mcpfault experiment run error-burst-stops --dry-run      (a bundled experiment, by name)
   mcpfault experiment run experiments/error-burst-stops.toml --out results/burst"""
@@ -36,6 +37,14 @@ def add_parser(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = experiment.add_subparsers(dest="experiment_command", metavar="ACTION")
+    listing = actions.add_parser(
+        "list",
+        help="list the bundled experiments, one line each",
+        description="List the experiments that ship with mcpfault: give a name to validate and run "
+        "(experiment run server-killed); --path prints where each file is, to copy one as a starting point.",
+    )
+    listing.add_argument("--path", action="store_true", help="also print each experiment's file")
+    listing.set_defaults(handler=_list)
     validate = actions.add_parser("validate", help="check experiment files and name every problem")
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE.toml|NAME")
     validate.set_defaults(handler=_validate)
@@ -58,6 +67,22 @@ def _load(path: Path) -> Any:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return None
+
+
+def _list(args: argparse.Namespace) -> int:
+    import tomllib
+
+    from mcpfault.experiments.plan import bundled
+
+    found = bundled()
+    width = max((len(name) for name in found), default=0)
+    for name, path in found.items():
+        try:
+            title = tomllib.loads(path.read_text(encoding="utf-8")).get("title", "")
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            title = f"(unreadable: {exc})"
+        print(f"{name:<{width}}  {title}" + (f"  [{path}]" if args.path else ""))
+    return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -91,10 +116,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_timeline(plan: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    console = stdout_console(140, highlight=False)
     table = Table(title=f"{plan.title} ({plan.total_s:g} s)", title_justify="left")
     for column in ("t (s)", "what", "until (s)"):
         table.add_column(column)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mcpfault.cli import external_agents
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics, stdout_console
+from mcpfault.cli.progress import progress
 from mcpfault.errors import UsageError
 
 
@@ -77,6 +78,12 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument("--tasks", "--iterations", type=int, default=100, dest="tasks", help="tasks per cell (100)")
     bench.add_argument("--session-tasks", type=int, default=20, help="tasks per session (20)")
     bench.add_argument("--jobs", type=int, default=24, help="sessions at a time (24)")
+    bench.add_argument(
+        "--plain-spans",
+        action="store_true",
+        help="keep each session's span files as written; by default they are gzipped once the session is judged "
+        "(*-spans.jsonl.gz, a fifth of the size; traces show and traces export read both; zcat for jq)",
+    )
     bench.add_argument(
         "--trials",
         type=int,
@@ -306,15 +313,13 @@ def _workflows(option: str | None) -> tuple[str, ...]:
 
 
 def _console() -> Any:
-    from rich.console import Console
 
     # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
-    return Console(width=None if sys.stdout.isatty() else 110)
+    return stdout_console(110)
 
 
 def _run(args: argparse.Namespace) -> int:
     import anyio
-    from rich.progress import Progress
 
     from mcpfault.analysis.records import write_records
     from mcpfault.faults import profile
@@ -374,9 +379,8 @@ def _run(args: argparse.Namespace) -> int:
     live = LiveMetrics.start(args.metrics_addr)
     announce_metrics(live.url)
     try:
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"{loaded.name} / {agent}", total=args.tasks)
-            result = anyio.run(run_session, plan, world, lambda: bar.advance(task))
+        with progress(f"{loaded.name} / {agent}", args.tasks, console) as advance:
+            result = anyio.run(run_session, plan, world, advance)
         live.record(result.records)
     finally:
         live.close()
@@ -407,10 +411,10 @@ def _bench(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     import anyio
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mcpfault.analysis.records import write_records
+    from mcpfault.analysis.records import row_name, write_records
     from mcpfault.analysis.server import write_accounts
+    from mcpfault.analysis.summary import summarize
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
         SERVER_ACCOUNTS,
@@ -455,6 +459,7 @@ def _bench(args: argparse.Namespace) -> int:
         # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
         http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
         external=external,
+        compress_spans=not args.plain_spans,
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
@@ -462,19 +467,19 @@ def _bench(args: argparse.Namespace) -> int:
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
+    # The report's rows in the order --profiles gave them (plans follow it), not the default order.
+    rows_in_order = tuple(dict.fromkeys(row_name(p.profile_name, p.transport) for p in plans))
     _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), llm)
     console = _console()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     total = sum(len(p.tasks) for p in plans)
-    columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn())
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
     announce_metrics(live.url)
     try:
-        with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task("bench", total=total)
-            result = anyio.run(run_bench, config, plans, world, lambda: bar.advance(task), live.record)
+        with progress("bench", total, console) as advance:
+            result = anyio.run(run_bench, config, plans, world, advance, live.record)
     finally:
         live.close()
     write_records(out / "records.jsonl", result.records)
@@ -504,6 +509,7 @@ def _bench(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
         session_tasks=args.session_tasks,
         trials=args.trials,
+        profile_order=rows_in_order,
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None
@@ -511,7 +517,7 @@ def _bench(args: argparse.Namespace) -> int:
         from mcpfault.harness.report_html import write_html
 
         write_html(out)  # report.html beside report.md
-    print_summary(result.records, console)
+    print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
     if result.records:
         print_model_usage(result.records, console)
     console.print(

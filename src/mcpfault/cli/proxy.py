@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import announce_metrics, logging_options
+from mcpfault.cli.common import announce_metrics, logging_options, stdout_console
 from mcpfault.errors import UsageError
 from mcpfault.loopback import require_token_beyond_loopback
 
@@ -173,8 +173,8 @@ def _proxy(args: argparse.Namespace) -> int:
         return await run_stdio(command, core, lifecycle, supervisor=supervisor, on_ready=ready)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe):
-            status = anyio.run(_with_control, args, controller, relay)
+        with _flushed_at_exit(events, telemetry, probe, core.stats) as ending:
+            status = ending["exit_code"] = anyio.run(_with_control, args, controller, relay)
         if not args.no_summary:
             summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
             if probe is not None:
@@ -197,7 +197,6 @@ def _say_not_carried(rules: list[Any], *, owns_process: bool) -> None:
 
 def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     import anyio
-    from rich.console import Console
     from rich.table import Table
 
     from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK
@@ -209,7 +208,7 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     loaded = _proxy_profile(args)
     inventory = anyio.run(dry_run.read_inventory, command)
     report = dry_run.match(loaded, inventory, HTTP if args.listen is not None else STDIO)
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = stdout_console(120, highlight=False)
 
     def offered(kind: str, names: tuple[str, ...] | None) -> str:
         return f"{kind}: not offered" if names is None else f"{kind}: {len(names)}"
@@ -292,8 +291,11 @@ def _telemetry(args: argparse.Namespace, probe: Any, **options: Any) -> tuple[An
 
 def _proxy_profile(args: argparse.Namespace) -> Any:
     from mcpfault.faults import profile
+    from mcpfault.faults.profile_warnings import warnings_of
 
     loaded = profile.load(profile.resolve(args.config))
+    for warning in warnings_of(loaded):  # said at start: a proxy that will change nothing looks like one that works
+        print(f"mcpfault proxy: {warning}", file=sys.stderr)
     return dataclasses.replace(loaded, seed=args.seed) if args.seed is not None else loaded
 
 
@@ -368,14 +370,28 @@ async def _with_control(
 
 
 @contextlib.contextmanager
-def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None) -> Iterator[None]:
-    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error)."""
+def _flushed_at_exit(events: Any, telemetry: Any, probe: Any = None, stats: Any = None) -> Iterator[dict[str, int]]:
+    """Events and spans reach their files however the proxy ends (a signal, a dead server, an error).
+    The caller puts the exit status in the dict it is given; the events file's last line says it."""
+    ending: dict[str, int] = {}
     try:
-        yield
+        yield ending
     finally:
         if probe is not None:
             probe.drain()  # first: its last reports go to the events and the spans
         if events is not None:
+            if stats is not None:
+                from mcpfault.proxy.events import stop_record
+
+                events.write(
+                    stop_record(
+                        ending.get("exit_code"),
+                        stats.ended_by,
+                        requests=sum(stats.requests.values()),
+                        faults=sum(stats.faults.values()),
+                        client_write_failed=stats.client_write_failed,
+                    )
+                )
             events.close()
         telemetry.close()
 
@@ -462,8 +478,9 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         return await http.serve(proxy, listen, announce)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe):
+        with _flushed_at_exit(events, telemetry, probe, sessions.stats) as ending:
             status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
+            ending["exit_code"] = status
         if not args.no_summary:
             owned = proxy.owned
             supervisor = owned.supervisor if owned is not None else None

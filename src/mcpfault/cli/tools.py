@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, usage
+from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_files, stdout_console, usage
 from mcpfault.errors import UsageError
 
 
@@ -104,7 +104,13 @@ def _validate(args: argparse.Namespace) -> int:
         return profile.load(profile.resolve(given))
 
     def describe(loaded: profile.Profile) -> str:
-        return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s))"
+        from mcpfault.faults.profile_warnings import warnings_of
+
+        found = warnings_of(loaded)
+        for warning in found:
+            print(warning, file=sys.stderr)
+        noted = f", {len(found)} warning(s)" if found else ""
+        return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s){noted})"
 
     return EXIT_CHECK_FAILED if check_files(args.profiles, load, describe, "profile") else EXIT_OK
 
@@ -187,7 +193,6 @@ def _traces_export(args: argparse.Namespace) -> int:
 
 
 def _traces_show(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
     from rich.tree import Tree
 
@@ -201,7 +206,7 @@ def _traces_show(args: argparse.Namespace) -> int:
     if not spans:
         raise UsageError(f"no spans under {args.run_dir}: it holds no *spans.jsonl (was it run with traces off?)")
     roots = trace_tree.trees(spans)
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    console = stdout_console(160, highlight=False)
     rows = trace_tree.task_rows(roots, outcome=args.outcome, profile=args.profile, agent=args.agent)
     filters = " ".join(
         f"--{name} {value}"

@@ -1,21 +1,47 @@
 """The one client of the control API (``mcpfault ctl``, ``mcpfault.api``, the Chaos Toolkit extension and
 experiments use it): JSON in, JSON out, the standard library's HTTP only.
 
-Errors are values the caller can branch on: ``ApiError`` carries the HTTP status and the API's own
+Errors are values the caller can branch on: ``BadUrl`` (a ValueError) when the URL is none;
+``ApiError`` carries the HTTP status and the API's own
 message (and problems); ``Unreachable`` means nothing answered at the URL.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 DEFAULT_URL = "http://127.0.0.1:8474"  # Toxiproxy's API port; start the proxy with --control 127.0.0.1:8474
 URL_VARIABLE = "MCPFAULT_CONTROL_URL"
+
+
+class BadUrl(ValueError):
+    """The control URL is not one: no http(s) scheme and host, or a bad port. Says what to give instead."""
+
+
+def control_url(given: str) -> str:
+    """``given`` as a control API base URL: ``http://HOST:PORT`` as the proxy prints it, or the
+    ``HOST:PORT`` that ``proxy --control`` takes (``http://`` is then added). BadUrl otherwise."""
+    url = given.strip()
+    if "://" not in url and re.fullmatch(r"\[?[A-Za-z0-9_.:-]+\]?:\d+", url):
+        url = f"http://{url}"
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+        port_ok = True
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise BadUrl(
+            f"control URL {given!r} is not an http URL; give the URL the proxy printed "
+            f"('mcpfault: control API on URL'), e.g. {DEFAULT_URL}, or HOST:PORT as given to proxy --control"
+        )
+    return url.rstrip("/")
 
 
 class Unreachable(Exception):
@@ -47,7 +73,7 @@ class Control:
     """
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+        self.url = control_url(url)
         self._token = token
         self._timeout_s = timeout_s
 

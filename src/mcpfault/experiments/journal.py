@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -19,6 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from mcpfault import __version__
+from mcpfault.protocol.jsonlines import dumps_line
 from mcpfault.telemetry import names
 from mcpfault.telemetry.tracing import configure_tracing
 
@@ -104,7 +104,7 @@ class Journal:
             "data": {"experimentId": self.experiment_id, "actionId": action_id, "state": state, "reason": reason},
         }
         self.entries.append(entry)
-        self._file.write(json.dumps(entry) + "\n")
+        self._file.write(dumps_line(entry) + "\n")
         self._file.flush()
 
 

@@ -322,7 +322,7 @@ class _Reader:
             self.report(where, f"is required: seconds {bound}")
             return 0.0
         if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            self.report(where, f"got {value!r}; expected seconds as a number {bound}")
+            self.report(where, f"got {value!r}; expected seconds as a finite number {bound}")
             return 0.0
         if value < 0 or (positive and value == 0) or value > MAX_DURATION_S:
             self.report(where, f"{value} is out of range; expected seconds {bound} and at most {MAX_DURATION_S:g}")
@@ -489,11 +489,14 @@ def _tolerance(reader: _Reader, raw: Any, where: str) -> Tolerance | None:
             return None
         return Tolerance(regex=regex)
     if isinstance(raw, list):
-        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw)
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in raw)
         if len(raw) != 2 or not numbers or raw[0] > raw[1]:
-            reader.report(where, f"got {raw!r}; a range is [low, high] with low <= high")
+            reader.report(where, f"got {raw!r}; a range is [low, high] of finite numbers with low <= high")
             return None
         return Tolerance(low=float(raw[0]), high=float(raw[1]))
+    if isinstance(raw, float) and not math.isfinite(raw):
+        reader.report(where, f"got {raw}; expected a finite number (nan equals nothing, so it could never hold)")
+        return None
     if isinstance(raw, str | int | float | bool):
         return Tolerance(exact=raw)
     reader.report(where, f'got {raw!r}; expected a value, [low, high] or {{regex = "..."}}')
@@ -578,11 +581,19 @@ def _radius(reader: _Reader, raw: Any) -> dict[str, Any]:
 
 def profile_text(server: Mapping[str, Any]) -> str:
     """The profile the experiment's proxy starts with: no rules (the method adds them), and ``server``."""
-    lines = ['name = "experiment"', "seed = 0"]
+    lines = ['name = "experiment"', "seed = 0", "faults = []  # the method adds its rules through the control API"]
     if server:
         lines.append("[server]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in server.items()]  # scalars: TOML as JSON writes them
+        lines += [f"{key} = {_toml_scalar(value)}" for key, value in server.items()]
     return "\n".join(lines) + "\n"
+
+
+def _toml_scalar(value: Any) -> str:
+    """A scalar as TOML writes it: JSON's form, but nan and inf as TOML spells them, for the profile's
+    own check to refuse by name (JSON's NaN is no TOML at all)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return json.dumps(value)
 
 
 def _server(reader: _Reader, raw: Any) -> dict[str, Any]:

@@ -31,6 +31,11 @@ def buckets(events_path: Path, t0: float, until: float) -> list[tuple[float, int
     return [(i * BUCKET_S, *row) for i, row in enumerate(rows)]  # type: ignore[misc]
 
 
+def saw_errors(rows: Sequence[tuple[float, int, int, int]], action_start_s: float) -> bool:
+    """Whether any request failed from the second of a process action's start on."""
+    return any(r[2] for r in rows if r[0] >= math.floor(action_start_s))
+
+
 def recovery_s(rows: Sequence[tuple[float, int, int, int]], action_start_s: float) -> float | None:
     """From a process action's start to the first second with requests and no errors after its first error."""
     after = [r for r in rows if r[0] >= math.floor(action_start_s)]
@@ -42,7 +47,11 @@ def recovery_s(rows: Sequence[tuple[float, int, int, int]], action_start_s: floa
 
 
 def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, int, int]]) -> str:
-    span_s = max(rows[-1][0] + BUCKET_S, 1.0) if rows else 1.0
+    # The axis ends where the run did (the method's end plus the cool-down), not at the next whole bucket.
+    buckets_s = max(rows[-1][0] + BUCKET_S, 1.0) if rows else 1.0
+    run_s = outcome.method_end - outcome.t0 + plan.cooldown_s if outcome.t0 else buckets_s
+    span_s = min(buckets_s, run_s) if run_s > 0 else buckets_s
+    rows = [r for r in rows if r[0] < span_s]
     peak = max([max(r[1:]) for r in rows] + [1])
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
@@ -71,7 +80,7 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
         )
         parts.append(f'<text x="{sx + 3:.1f}" y="{TOP + plot_h - 4}" font-size="10">stopped</text>')
     for index, (label, colour) in enumerate(SERIES):
-        points = " ".join(f"{x(r[0] + BUCKET_S / 2):.1f},{y(r[1 + index]):.1f}" for r in rows)
+        points = " ".join(f"{x(min(r[0] + BUCKET_S / 2, span_s)):.1f},{y(r[1 + index]):.1f}" for r in rows)
         parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
         ly = TOP + 16 * index + 8
         key = f'x1="{WIDTH - RIGHT + 12}" x2="{WIDTH - RIGHT + 30}" y1="{ly}" y2="{ly}"'
@@ -80,13 +89,21 @@ def timeline_svg(plan: Plan, outcome: Outcome, rows: Sequence[tuple[float, int, 
     parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" stroke="#333"/>')
     parts.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
     step = max(1, math.ceil(span_s / 10))
-    for t in range(0, int(span_s) + 1, step):
-        parts.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 14}" font-size="10" text-anchor="middle">{t}</text>')
+    ticks: list[float] = list(range(0, int(span_s) + 1, step))
+    if span_s - ticks[-1] >= 0.4 * step:  # the run's own end, when it falls between ticks (8.5 s)
+        ticks.append(round(span_s, 1))
+    for t in ticks:
+        label = f"{t:g}"
+        parts.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 14}" font-size="10" text-anchor="middle">{label}</text>')
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" font-size="11" text-anchor="middle">seconds</text>')
     parts.append(f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{peak}</text>')
     parts.append(f'<text x="{LEFT - 6}" y="{TOP + plot_h}" font-size="10" text-anchor="end">0</text>')
     mx = x(method_start)
     parts.append(_vline(mx, plot_h, 'stroke="#666" stroke-width="0.8"'))
+    parts.append(
+        f'<text class="method-start" x="{mx + 3:.1f}" y="{TOP + plot_h - 16}" font-size="10" fill="#444">'
+        f"method starts ({method_start:.1f} s)</text>"
+    )
     title = xml(f"{plan.title}: requests, errors and faults per second (shaded: actions)")
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
@@ -133,10 +150,21 @@ def write(plan: Plan, outcome: Outcome, out_dir: Path) -> Path:
         action = run.action
         recovery = "-"
         if action.process is not None and run.started is not None:
-            found = recovery_s(rows, run.started - outcome.t0)
-            recovery = f"{found:g} s" if found is not None else "not recovered"
+            start = run.started - outcome.t0
+            found = recovery_s(rows, start)
+            if found is not None and not saw_errors(rows, start):
+                recovery = "none needed: no request failed"  # the server was back before anyone asked it
+            else:
+                recovery = f"{found:g} s" if found is not None else "not recovered"
         window = f"{action.start_after_s:g}-{action.end_s:g}"
         lines.append(f"| {action.name} | {action.describe()} | {window} | {run.state} | {recovery} |")
+    if any(run.action.process is not None for run in outcome.actions):
+        lines += [
+            "",
+            "Recovery: from a process action's start to the first second with requests and no failed one, "
+            'after its first failed request; "none needed" when no request failed (the server was restarted '
+            "between requests, so the kill cost the agent nothing it could see).",
+        ]
     if plan.stop_conditions:
         lines += ["", "## Stop conditions", "", "| condition | tolerance | checks | last value |", "|---|---|---|---|"]
         for spec in plan.stop_conditions:

@@ -275,7 +275,13 @@ class _Run:
         self.journal.experiment("running", "the proxy is up; warming up before the method")
         if self.target.serving is not None:
             self.echo(f"clients connect to {self.target.serving}")
-        self.echo(f"running: warm-up {plan.warmup_s:g} s, method {plan.method_s:g} s, cool-down {plan.cooldown_s:g} s")
+        # The method's length runs to its last action's end (start_after_s + duration_s): name each window,
+        # so "method 4.5 s" next to a file's duration_s = 4 reads as what it is.
+        windows = ", ".join(f"{a.name} {a.start_after_s:g}-{a.end_s:g} s" for a in plan.method)
+        self.echo(
+            f"running: warm-up {plan.warmup_s:g} s, method {plan.method_s:g} s ({windows}), "
+            f"cool-down {plan.cooldown_s:g} s"
+        )
         await _sleep_until(outcome.method_start)
         before = await self._measure("before", outcome.t0, outcome.method_start, live_only=True)
         if not all(before):

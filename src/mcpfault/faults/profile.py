@@ -126,6 +126,9 @@ class Profile:
     source: str = "<memory>"
     description: str = ""
     server: ServerSettings = ServerSettings()
+    # faults = [] written out (a relay on purpose, as baseline), or a [server] table (a profile for the
+    # supervisor): no warning calls the missing rules a mistake.
+    no_faults_on_purpose: bool = False
 
 
 def bundled() -> dict[str, Path]:
@@ -139,6 +142,8 @@ def resolve(name_or_path: str | Path) -> Path:
     path = Path(text)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise UsageError(_a_directory(path))
     names = bundled()
     looks_like_path = path.suffix == ".toml" or os.sep in text or (os.altsep is not None and os.altsep in text)
     if not looks_like_path and text in names:
@@ -169,6 +174,12 @@ def first_line(path: Path) -> str:
     return joined[: end + 1] if end >= 0 else joined
 
 
+def _a_directory(path: Path) -> str:
+    inside = sorted(path.glob("*.toml"))[:3]
+    example = f" (in it: {', '.join(p.name for p in inside)})" if inside else ""
+    return f"{_where(path)} is a directory, not a profile; give one .toml file{example} or a bundled profile's name"
+
+
 def _where(path: Path) -> str:
     """A path as the user gave it, with the working directory when it is relative (a client's cwd may be /)."""
     return str(path) if path.is_absolute() else f"{path} (relative to the working directory {Path.cwd()})"
@@ -183,6 +194,8 @@ def load(path: str | Path, catalog: Catalog = CATALOG) -> Profile:
         raise ProfileError(
             [Problem(str(path), None, "file", f"{_where(path)} does not exist; check the path")]
         ) from None
+    except IsADirectoryError:
+        raise ProfileError([Problem(str(path), None, "file", _a_directory(path))]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError([Problem(str(path), None, "file", f"cannot be read: {exc}")]) from None
     return loads(text, source=str(path), catalog=catalog)
@@ -236,23 +249,29 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>", catalog:
     seen_names: dict[str, int] = {}
     for index, raw in enumerate(raw_rules):
         rule = _rule(index, raw, source, catalog, problems)
-        if rule is None:
-            continue
-        if rule.name in seen_names:
-            problems.append(
-                Problem(
-                    source,
-                    index,
-                    "name",
-                    f"{rule.name!r} is already the name of faults[{seen_names[rule.name]}]; rule names must be unique",
-                    rule.name,
-                )
-            )
-        seen_names[rule.name] = index
-        rules.append(rule)
+        # The name is checked from the table, not the rule: a rule with other problems has none, and
+        # its duplicate name is one more problem to list.
+        rule_name = raw.get("name", f"{raw.get('type')}-{index}") if isinstance(raw, dict) else None
+        if isinstance(rule_name, str) and rule_name:
+            if rule_name in seen_names:
+                first = seen_names[rule_name]
+                message = f"{rule_name!r} is already the name of faults[{first}]; rule names must be unique"
+                problems.append(Problem(source, index, "name", message, rule_name))
+            seen_names.setdefault(rule_name, index)
+        if rule is not None:
+            rules.append(rule)
     if problems:
         raise ProfileError(problems)
-    return Profile(name=name, seed=seed, rules=tuple(rules), source=source, description=description, server=server)
+    return Profile(
+        name=name,
+        seed=seed,
+        rules=tuple(rules),
+        source=source,
+        description=description,
+        server=server,
+        # faults = [] written out, or a [server] table: the profile's point is its supervision.
+        no_faults_on_purpose=document.get("faults") == [] or "server" in document,
+    )
 
 
 def rule_from_mapping(raw: Any, source: str, index: int = 0, catalog: Catalog = CATALOG) -> Rule:

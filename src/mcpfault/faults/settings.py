@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -135,6 +136,8 @@ def _coerce(hint: Any, raw: Any) -> tuple[Any, str | None]:
         return types.MappingProxyType(dict(raw)), None
     if hint is float:
         ok = isinstance(raw, int | float) and not isinstance(raw, bool)
+        if ok and not math.isfinite(raw):  # TOML's nan and inf: no bound check refuses them (nan < 0 is false)
+            return None, f"got {raw}; expected a finite number"
         return (float(raw), None) if ok else (None, wrong)
     if hint is int:
         ok = isinstance(raw, int) and not isinstance(raw, bool)

@@ -22,6 +22,7 @@ import anyio
 from mcpfault.analysis.records import TaskRecord, read_records, row_name
 from mcpfault.analysis.server import ServerAccount, read_accounts
 from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
+from mcpfault.analysis.traces import SPAN_FILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import check_agent_name
@@ -31,6 +32,7 @@ from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO, TRANSPORTS
+from mcpfault.telemetry.span_files import compress_span_files
 
 if TYPE_CHECKING:
     from mcpfault.harness.agents.external import ExternalConfig
@@ -69,6 +71,9 @@ class BenchConfig:
     # Profiles only the HTTP transport runs (bench --transport http or both adds `http`); stdio skips them.
     http_only: tuple[Path, ...] = ()
     external: tuple[ExternalConfig, ...] = ()  # what each cmd:NAME among the agents runs
+    # Each session's span files gzipped once it is judged (NAME.jsonl.gz: ~70% of a run directory's bytes
+    # were spans); every reader takes either form. bench --plain-spans keeps them as written.
+    compress_spans: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +261,8 @@ async def run_bench(
     async def one(plan: SessionPlan, launcher: ForkServer | None) -> None:
         async with limiter:
             session = await run_session(plan, world, on_task_done, launcher)
+            if config.compress_spans:  # judged by now: the spans are read again only by traces show/export
+                await anyio.to_thread.run_sync(compress_span_files, plan.out_dir, SPAN_FILES)
             finished.append(session)
             on_session_done(session.records)
 

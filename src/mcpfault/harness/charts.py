@@ -52,6 +52,8 @@ ROW_H = 22.0
 HEADER_H = 22.0
 GROUP_GAP = 8.0
 MIN_SEGMENT_LABEL_W = 32.0
+# A whisker on a bar's lower edge reaches this far up and down: clear of labels ending at y + 12.
+WHISKER_CAP_BELOW = 2.5
 
 
 def xml(text: str) -> str:
@@ -83,9 +85,14 @@ def _bar(x: float, y: float, width: float, fill: str, *, css: str, tooltip: str)
     return _el("rect", attrs, f"<title>{xml(tooltip)}</title>")
 
 
-def _whisker(x0: float, x1: float, y: float, *, css: str, tooltip: str) -> str:
-    """A 95% interval drawn across a bar: a line from x0 to x1 with end caps, centred on the bar."""
-    mid, cap = y + BAR_H / 2, BAR_H / 2 - 2
+def _whisker(x0: float, x1: float, y: float, *, css: str, tooltip: str, under_labels: bool = False) -> str:
+    """A 95% interval drawn across a bar: a line from x0 to x1 with end caps, centred on the bar.
+    ``under_labels``: on the bar's lower edge instead, with short caps, clear of the percentages
+    written inside the bar (their digits end at the baseline, y + 12)."""
+    if under_labels:
+        mid, cap = y + BAR_H, WHISKER_CAP_BELOW
+    else:
+        mid, cap = y + BAR_H / 2, BAR_H / 2 - 2
     path = f"M{_num(x0)} {_num(mid)}H{_num(x1)}M{_num(x0)} {_num(mid - cap)}V{_num(mid + cap)}"
     path += f"M{_num(x1)} {_num(mid - cap)}V{_num(mid + cap)}"
     attrs: dict[str, str | float] = {"class": css, "d": path, "stroke": "#1a1a1a", "stroke-width": 1.5, "fill": "none"}
@@ -218,10 +225,11 @@ def outcomes_chart(summary: Summary) -> str:
             parts += _stacked_bar(layout, row, cell)
             low, high = cell.success_interval
             tooltip = f"{cell.profile} / {cell.agent}: correct, 95% interval {interval((low, high))}"
-            parts.append(_whisker(layout.x(low), layout.x(high), row.y, css="interval", tooltip=tooltip))
+            whisker = _whisker(layout.x(low), layout.x(high), row.y, css="interval", tooltip=tooltip, under_labels=True)
+            parts.append(whisker)
     desc = (
         "Stacked bars: success, recovered, failed (detected) and failed (silent) as shares of each cell's tasks; "
-        "the whisker is the Wilson 95% interval of the correct share (success + recovered)."
+        "the whisker on each bar's lower edge is the Wilson 95% interval of the correct share (success + recovered)."
     )
     return _svg(layout, "mcpfault: task outcomes per profile and agent", desc, parts)
 

@@ -29,9 +29,15 @@ def percent(part: int, whole: int) -> str:
 
 
 def interval(bounds: tuple[float, float]) -> str:
-    """A 95% interval in whole percent: low rounded down, high rounded up, so it never looks narrower."""
+    """A 95% interval as its exact bounds to one decimal, each rounded to the nearest (98/100 reads
+    ``93.0-99.4%``): whole percent rounded outward read wider than the interval is, unsaid."""
     low, high = bounds
-    return f"{math.floor(100 * low + 1e-9)}-{math.ceil(100 * high - 1e-9)}%"
+    return f"{_tenths(100 * low)}-{_tenths(100 * high)}%"
+
+
+def _tenths(value: float) -> str:
+    # Half up, decided in tenths after a nudge below float noise (0.15 * 100 is 15.000000000000002).
+    return f"{math.floor(10 * value + 0.5 + 1e-9) / 10:.1f}"
 
 
 def success_cell(cell: CellSummary) -> str:

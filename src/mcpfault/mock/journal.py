@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from mcpfault.errors import MCPFaultError
+from mcpfault.protocol.jsonlines import dumps_line
 
 JOURNAL_VERSION: Final = 1
 _FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -48,7 +49,7 @@ class Journal:
 
     def append(self, tool: str, arguments: Mapping[str, Any], revision: int) -> None:
         """Record one state change; raises OSError if it cannot be written (the call then fails)."""
-        line = json.dumps(
+        line = dumps_line(
             {"v": JOURNAL_VERSION, "seed": self._seed, "tool": tool, "arguments": arguments, "revision": revision},
             separators=(",", ":"),
             ensure_ascii=False,

@@ -7,6 +7,7 @@ raw inside strings (orjson writes them unescaped), and would cut a record in two
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,3 +28,23 @@ def read_jsonl(path: Path) -> list[Any]:
         except ValueError:
             continue
     return rows
+
+
+def dumps_line(record: Any, **options: Any) -> str:
+    """``record`` as one line of JSON that every reader parses: a non-finite float (NaN, Infinity, which
+    Python's json writes bare and Node's JSON.parse refuses) becomes null. No newline; ``options`` go to
+    :func:`json.dumps` (``separators``, ``default``, ...)."""
+    try:
+        return json.dumps(record, allow_nan=False, **options)
+    except ValueError:  # rare: inputs are checked, so only a value computed from nothing (0/0) gets here
+        return json.dumps(_finite(record), allow_nan=False, **options)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

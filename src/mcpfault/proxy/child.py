@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 
@@ -40,7 +41,7 @@ class ChildProcess:
         except FileNotFoundError:
             raise UpstreamError(
                 f"cannot start the MCP server: {command[0]!r} was not found; check the command after '--' "
-                "(a full path, or a program on PATH)"
+                f"(a full path, or a program on PATH){_launcher_hint(command)}"
             ) from None
         except PermissionError:
             raise UpstreamError(
@@ -149,3 +150,18 @@ class ChildProcess:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+
+
+# The launchers a server's README often starts it with, and what to install (or run instead) without them.
+_LAUNCHERS = {
+    "uvx": "uvx comes with uv: 'pip install uv', or install the server with pip and give its own command "
+    "(pip install {package}, then '-- {package}')",
+    "uv": "uv is not installed: 'pip install uv'",
+    "npx": "npx comes with Node.js: install it (apt-get install nodejs npm), or give the server's own command",
+}
+
+
+def _launcher_hint(command: Sequence[str]) -> str:
+    hint = _LAUNCHERS.get(Path(command[0]).name)
+    package = next((word for word in command[1:] if not word.startswith("-")), "the-server")
+    return f"; {hint.format(package=package)}" if hint else ""

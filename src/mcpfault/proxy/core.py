@@ -9,6 +9,7 @@ Lines the engine leaves alone are returned as the very same bytes object.
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +50,8 @@ _PER_REQUEST_META = frozenset({"traceparent", "tracestate", "baggage", "progress
 
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
 # (What an HTTP fault gives the client in place of the answer is untimed too: see ``_record``.)
+# What a client got that was bytes written to it: when that write fails, it got nothing.
+_SENT_TO_CLIENT = frozenset({"response", "error", "tool_error", "malformed", "upstream_exited", "server_restarted"})
 _UNTIMED = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstream_unreachable"})
 # Endings a transport reports through ``end()`` the moment it holds the upstream's answer (a status
 # it relays, a body it cannot use): the answer arrived then. Any other ``end()`` had no answer to time.
@@ -161,6 +164,10 @@ class Stats:
     modern_requests: int = 0  # requests carrying the 2026-07-28 _meta envelope; the rest are 2025-11-25
     upstream_exit_code: int | None = None
     unanswered_at_exit: int = 0
+    # Why the proxy ended (the client closed stdin, stopped reading, a signal, the server exited): the
+    # events file's closing line says it. Set by the transport, first cause only.
+    ended_by: str | None = None
+    client_write_failed: bool = False  # an answer could not be written to the client (EPIPE, say)
 
 
 class ProxyCore:
@@ -195,6 +202,9 @@ class ProxyCore:
         self._opaque_logged: set[To] = set()
         # Events of answers a fault holds back, written when the client gets them (or cancels first).
         self._held_events: dict[tuple[bool, object], _HeldEvent] = {}
+        # Per thread: the events of the lines being handled, written once the transport has written
+        # their bytes (``defer_events``), so an answer the client never got is not recorded as received.
+        self._deferred = threading.local()
         # The server's restarts so far, when a supervisor restarts it (None: a server that is not).
         self.generation: int | None = None
         # The transport holds an answer a process fault loses, and performs its at_answer (see
@@ -808,10 +818,11 @@ class ProxyCore:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def upstream_exited(self, exit_code: int) -> list[Emit]:
+    def upstream_exited(self, exit_code: int, *, stopping: str | None = None) -> list[Emit]:
         """Answer every request the server never answered: no answer will ever come.
 
-        Responses a fault dropped stay lost; the client's EOF follows right after.
+        Responses a fault dropped stay lost; the client's EOF follows right after. ``stopping``: the
+        signal that ended the proxy (and, passed on, the server), for the answers to say so.
         """
         self.stats.upstream_exit_code = exit_code
         self._abandon_listing()
@@ -828,7 +839,11 @@ class ProxyCore:
         for pending in waiting:
             call = pending.call
             reply, received = server_gone_reply(
-                call.request_id, exit_status=exit_code, restarted_as=None, before=f"answering {call.method}"
+                call.request_id,
+                exit_status=exit_code,
+                restarted_as=None,
+                before=f"answering {call.method}",
+                stopping=stopping,
             )
             contacted = pending.decision.contacts_upstream
             self._record(pending, Delivery(reply), upstream_contacted=contacted, received=received)
@@ -1024,8 +1039,50 @@ class ProxyCore:
         # written now, with the delay the client waits on top.
         self._write_event(record, pending.started, later_s=delay_s if delivery.data is not None else 0.0)
 
+    @property
+    def writes_events(self) -> bool:
+        """Whether an events sink was given (a transport defers nothing otherwise)."""
+        return self._events is not None
+
+    def defer_events(self) -> None:
+        """Hold this thread's event records until ``write_deferred_events``: the transport calls it
+        before handling lines whose answers it writes after the core's lock is released."""
+        if self._events is not None:
+            self._deferred.records = []
+
+    def write_deferred_events(self, undelivered: str | None = None) -> None:
+        """Write this thread's held records. ``undelivered``: why the write to the client failed; each
+        answer that was in it is recorded as ``client_received: nothing`` with that reason."""
+        records: list[tuple[dict[str, Any], float, float]] | None = getattr(self._deferred, "records", None)
+        self._deferred.records = None
+        for record, started, later_s in records or ():
+            if undelivered is not None and record.get("client_received") in _SENT_TO_CLIENT:
+                self._mark_undelivered(record, undelivered)
+            self._write_event(record, started, later_s=later_s)
+
+    def _mark_undelivered(self, record: dict[str, Any], why: str) -> None:
+        if record.get("fault_type") is not None:  # counted in Stats.received: the count moves with it
+            self.stats.received[record["client_received"]] -= 1
+            self.stats.received["nothing"] += 1
+        record["client_received"] = "nothing"
+        record["undelivered"] = why
+        record.pop("error_code", None)
+
+    def answer_undelivered(self, request_id: Any, why: str) -> None:
+        """A held-back answer could not be written (the client stopped reading): its event says so."""
+        if not self._held_events or not jsonrpc.valid_id(request_id):
+            return
+        held = self._held_events.pop(jsonrpc.id_key(request_id), None)
+        if held is not None:
+            self._mark_undelivered(held.record, why)
+            self._write_event(held.record, held.started)
+
     def _write_event(self, record: dict[str, Any], started: float, *, later_s: float = 0.0) -> None:
         assert self._events is not None
+        deferred = getattr(self._deferred, "records", None)
+        if deferred is not None:
+            deferred.append((record, started, later_s))
+            return
         record["time"] = datetime.now(UTC).isoformat(timespec="milliseconds")
         record["duration_s"] = round(self._clock() - started + later_s, 6)
         self._events.write(record)

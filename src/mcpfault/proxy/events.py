@@ -3,13 +3,14 @@
 A file is appended to, never truncated: a client such as Claude Desktop relaunches its servers (and
 with them the proxy) often, and each launch's records stay. Each launch first writes one start line
 (``"event": "proxy_started"``, with the pid, profile, seed and transport), so the runs in one file can
-be told apart; ``read_events`` returns the request records only. A supervised server's deaths,
+be told apart, and ends with one stop line (``"event": "proxy_stopped"``, with the exit status and
+why it ended) once everything else is flushed: a launch without one was killed. ``read_events``
+returns the request records only. A supervised server's deaths,
 restarts and downtime are lines of their own (``SERVER_EVENTS``; ``read_server_events``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Mapping
@@ -17,9 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.protocol.jsonlines import dumps_line, read_jsonl
 
 START_EVENT = "proxy_started"
+# Each launch's last line, written after every other record of it has been flushed: a launch without
+# one was killed (SIGKILL, OOM) or crashed, and may have lost the records of requests in flight.
+STOP_EVENT = "proxy_stopped"
 # The supervised server's lifecycle (proxy/supervisor.py's ServerEvents): a death, a new generation
 # started, and the first answer after a restart (with the downtime since the death).
 SERVER_EXITED = "server_exited"
@@ -47,7 +51,7 @@ class JsonlEventSink:
             self.write(start_record(start))
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+        line = dumps_line(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
         with self._lock:  # the control API writes from the event loop while a reader thread writes requests
             self._file.write(line)
             self._file.flush()
@@ -63,6 +67,25 @@ def start_record(facts: Mapping[str, Any]) -> dict[str, Any]:
         "event": START_EVENT,
         "pid": os.getpid(),
         **facts,
+    }
+
+
+def stop_record(
+    exit_code: int | None, ended_by: str | None, *, requests: int, faults: int, client_write_failed: bool
+) -> dict[str, Any]:
+    """The line that closes one launch: its exit status (None: it ended in an error of its own), why
+    it ended, and how many requests and faults it saw."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "event": STOP_EVENT,
+        "pid": os.getpid(),
+        "exit_code": exit_code,
+        "ended_by": (ended_by or f"the proxy stopped (status {exit_code})")
+        if exit_code is not None
+        else "an error in the proxy (see its stderr)",
+        "requests": requests,
+        "faults_injected": faults,
+        "client_write_failed": client_write_failed,
     }
 
 

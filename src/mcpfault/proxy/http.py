@@ -521,6 +521,8 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                 async def until_signal() -> None:
                     async for signum in signals:
                         received.append(signum)
+                        if proxy.sessions.stats.ended_by is None:  # the events file's closing line says it
+                            proxy.sessions.stats.ended_by = f"signal {signal.Signals(signum).name}"
                         break
                     tg.cancel_scope.cancel()
 
@@ -529,6 +531,8 @@ async def serve(proxy: HttpProxy, listen: ListenAddress, announce: Callable[[str
                     tg.start_soon(_timed_faults, proxy.sessions, owned)
                 if owned is not None:
                     status = await owned.wait()
+                    if proxy.sessions.stats.ended_by is None:
+                        proxy.sessions.stats.ended_by = f"the server exited (status {status})"
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

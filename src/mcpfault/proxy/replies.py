@@ -9,11 +9,13 @@ from mcpfault.protocol import jsonrpc
 
 
 def server_gone_reply(
-    request_id: Any, *, exit_status: int | None, restarted_as: int | None, before: str
+    request_id: Any, *, exit_status: int | None, restarted_as: int | None, before: str, stopping: str | None = None
 ) -> tuple[bytes, str]:
     """The error for a request the server never answered, and what the client received (the event's
     word): ``server_restarted`` naming the generation that serves now, or ``upstream_exited`` when none
-    follows. ``before``: what the death came before ("answering tools/call", "this request")."""
+    follows. ``before``: what the death came before ("answering tools/call", "this request").
+    ``stopping``: why the proxy itself was ending (a signal to it, forwarded to the server), so the
+    client is not told that the server died on its own."""
     if restarted_as is not None:
         received = "server_restarted"
         status = f"exit status {exit_status}; " if exit_status is not None else ""
@@ -22,8 +24,16 @@ def server_gone_reply(
         data: dict[str, Any] = {"reason": received, "generation": restarted_as}
     else:
         received = "upstream_exited"
-        text = f"mcpfault: the MCP server exited with code {exit_status} before {before}; no response will arrive"
         data = {"reason": received}
+        if stopping is None:
+            text = f"mcpfault: the MCP server exited with code {exit_status} before {before}"
+        else:
+            text = (
+                f"mcpfault: the proxy is stopping ({stopping}, passed on to the MCP server, which exited with "
+                f"code {exit_status}) before {before}"
+            )
+            data["proxy_stopping"] = stopping
+        text += "; no response will arrive"
     if exit_status is not None:
         data["exit_code"] = exit_status
     reply = jsonrpc.error_response(request_id, jsonrpc.UPSTREAM_UNAVAILABLE, text, {"mcpfault": data})

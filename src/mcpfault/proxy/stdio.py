@@ -43,6 +43,9 @@ DRAIN_QUIET_S = 0.5
 DRAIN_MAX_S = 10.0
 # How long the client gets to take the last bytes before the proxy exits anyway.
 FLUSH_TO_CLIENT_S = 5.0
+# The proxy's status when the client stopped reading (a write to it failed) and the server exited 0:
+# that of a process ended by SIGPIPE, the one convention of every mcpfault command (cli/__init__.py).
+EXIT_CLIENT_GONE = 128 + signal.SIGPIPE
 # How often time-triggered rules (a process fault at start_after_s) are looked at.
 TIMER_TICK_S = 0.05
 
@@ -98,6 +101,7 @@ class StdioProxy:
         if server.settings.restart != "never":
             core.generation = server.generation
         core.holds_lost_answers = True  # its relay performs what from_server returns (see _relay)
+        self._defer_events = core.writes_events  # no events file: nothing to hold until the write
 
     def _in_loop(self, function: Callable[..., object], *args: object) -> None:
         """Run ``function`` on the event loop's thread, from whichever thread we are on (in order,
@@ -147,7 +151,11 @@ class StdioProxy:
                         break
                 if self._supervisor.down:
                     self._supervisor.gave_up()
+                if self.core.stats.ended_by is None:
+                    self.core.stats.ended_by = f"the server exited (status {status})"
                 await self._finish(status)
+                if self.core.stats.client_write_failed and status == 0:
+                    status = EXIT_CLIENT_GONE  # the server is fine, but answers were lost: not a success
                 self._stop.set()
                 tg.cancel_scope.cancel()
         finally:
@@ -344,7 +352,7 @@ class StdioProxy:
             answer = self._through(lane, data)
             if answer is not None:
                 if not self._to_client.write(answer):
-                    self._client_left(f"the client stopped reading ({self._to_client.broken})")
+                    self._client_stopped_reading()
                 self.core.end_passed()
                 return
             lane = None
@@ -379,7 +387,10 @@ class StdioProxy:
         to_server: list[bytes] = []
         to_client: list[bytes] = []
         later: list[Emit] = []
+        defer = self._defer_events
         with self._core_lock:
+            if defer:
+                self.core.defer_events()  # written below, once it is known whether the client got the answers
             for line in lines:
                 try:
                     if lane is not None and (data := lane(line)) is not None:
@@ -405,8 +416,12 @@ class StdioProxy:
                     else:
                         to_client.append(emit.data)
         # One write per destination per chunk: the syscall, not the parsing, is the cost that matters.
+        undelivered = None
         if to_client and not self._to_client.write(b"".join(to_client) if len(to_client) > 1 else to_client[0]):
-            self._client_left(f"the client stopped reading ({self._to_client.broken})")
+            undelivered = self._client_stopped_reading()
+        if defer:
+            with self._core_lock:
+                self.core.write_deferred_events(undelivered)
         if to_server and natural is To.CLIENT:
             # From the server's own lines: the replayed handshake's end, which must not wait behind what is held.
             if not self._client_gone:
@@ -461,24 +476,40 @@ class StdioProxy:
                 await anyio.sleep(emit.delay_s)
             finally:
                 self._delayed.pop(id(emit), None)
-            await self._write([emit])
-            self._delivered([emit])
+            undelivered = await self._write([emit])
+            self._delivered([emit], undelivered)
 
-    def _delivered(self, emits: list[Emit]) -> None:
-        """Held-back answers are out: their events say so now (what the client got, and when)."""
+    def _delivered(self, emits: list[Emit], undelivered: str | None = None) -> None:
+        """Held-back answers are out (or, ``undelivered``, could not be written): their events say so now
+        (what the client got, and when)."""
         with self._core_lock:
             for emit in emits:
-                if emit.answers is not None:
+                if emit.answers is None:
+                    continue
+                if undelivered is None:
                     self.core.answer_delivered(emit.answers)
+                else:
+                    self.core.answer_undelivered(emit.answers, undelivered)
 
-    async def _write(self, emits: list[Emit]) -> None:
-        """Write from the event loop without ever blocking it: a client that does not read stalls a thread."""
+    async def _write(self, emits: list[Emit]) -> str | None:
+        """Write from the event loop without ever blocking it: a client that does not read stalls a thread.
+        None, or why the client did not get its bytes."""
         to_client = b"".join(e.data for e in emits if e.to is To.CLIENT)
         to_server = b"".join(e.data for e in emits if e.to is To.SERVER)
-        if to_client:
-            await to_thread.run_sync(self._to_client.write, to_client, abandon_on_cancel=True)
+        undelivered = None
+        if to_client and not await to_thread.run_sync(self._to_client.write, to_client, abandon_on_cancel=True):
+            undelivered = self._client_stopped_reading()
         if to_server and not self._client_gone:
             await to_thread.run_sync(self._to_server_now, [to_server], abandon_on_cancel=True)
+        return undelivered
+
+    def _client_stopped_reading(self) -> str:
+        """A write to the client failed (EPIPE: it closed its stdin, our stdout): the proxy ends, and
+        exits non-zero. Why, for the events of what it could not write."""
+        why = f"the client stopped reading ({self._to_client.broken or 'its pipe is closed'})"
+        self.core.stats.client_write_failed = True
+        self._client_left(why)
+        return why
 
     def _client_left(self, why: str) -> None:
         """Close the server's stdin, give it time to exit, then end it. Safe from any thread."""
@@ -486,6 +517,8 @@ class StdioProxy:
             if self._client_gone or self._ending:
                 return
             self._client_gone = True
+            if self.core.stats.ended_by is None:
+                self.core.stats.ended_by = why
         self._in_loop(self._shutdown.set)
         log.info("closing the MCP server's stdin", why=why)
         self._to_server.close()
@@ -496,6 +529,8 @@ class StdioProxy:
             task_status.started()
             async for signum in signals:
                 self._shutdown.set()  # whatever the server does now, it is not restarted
+                if self.core.stats.ended_by is None:
+                    self.core.stats.ended_by = f"signal {signal.Signals(signum).name}"
                 log.info("forwarding signal to the MCP server", signal=signal.Signals(signum).name)
                 self._supervisor.child.send_signal(signum)
                 self._tg.start_soon(self._end_server_after, self._lifecycle.shutdown_timeout_s)
@@ -520,14 +555,22 @@ class StdioProxy:
             scope.cancel()
         self._delayed.clear()
         with self._core_lock:
-            emits = [emit for emit, _ in held] + self.core.upstream_exited(status)
+            self.core.defer_events()  # the answers to what the server left unanswered: written below
+            ended_by = self.core.stats.ended_by or ""
+            stopping = ended_by if ended_by.startswith("signal ") else None  # the proxy's signal, not the server's
+            emits = [emit for emit, _ in held] + self.core.upstream_exited(status, stopping=stopping)
         if self._client_mid_line and any(emit.to is To.CLIENT for emit in emits):
             # End the server's partial line first: glued to it, our own answers would be lost too.
             emits.insert(0, Emit(To.CLIENT, b"\n"))
         # Bounded: a client that stops reading cannot keep the proxy alive.
-        with anyio.move_on_after(FLUSH_TO_CLIENT_S):
-            await self._write(emits)
-        self._delivered([emit for emit, _ in held])
+        undelivered = None
+        with anyio.move_on_after(FLUSH_TO_CLIENT_S) as flush:
+            undelivered = await self._write(emits)
+        if flush.cancelled_caught:
+            undelivered = f"the client did not take its last answers within {FLUSH_TO_CLIENT_S:g} s"
+        self._delivered([emit for emit, _ in held], undelivered)
+        with self._core_lock:
+            self.core.write_deferred_events(undelivered)
 
 
 async def run_stdio(

@@ -76,12 +76,12 @@ def _render_server(console: Any, supervisor: Any) -> None:
     """The supervised server: generations, crashes by cause, restarts, downtime."""
     from rich.table import Table
 
-    from mcpfault.proxy.supervisor import summary_lines
+    from mcpfault.proxy.supervisor import crash_causes, summary_lines
 
     table = Table(title="server process", title_justify="left")
     for column in ("generation", "crashes (by cause)", "restarts", "downtime total", "longest"):
         table.add_column(column, justify="right" if column != "crashes (by cause)" else "left")
-    crashes = ", ".join(f"{cause} {n}" for cause, n in sorted(supervisor.crashes.items())) or "0"
+    crashes = crash_causes(supervisor)
     downtimes = supervisor.downtimes_s
     table.add_row(
         str(supervisor.generation),

@@ -121,6 +121,7 @@ class Supervisor:
         self._generation = 0
         self.restarts = 0
         self.crashes: Counter[str] = Counter()  # by cause: a fault type, or OWN_EXIT
+        self.own_exit_statuses: Counter[int] = Counter()  # the statuses of the crashes no fault caused
         self.downtimes_s: list[float] = []
         self._cause: str | None = None  # what the coming death is attributed to
         self._down_since: float | None = None
@@ -193,6 +194,8 @@ class Supervisor:
         crashed = exit_status != 0 or cause != OWN_EXIT
         if crashed and not shutting_down:
             self.crashes[cause] += 1
+            if cause == OWN_EXIT:
+                self.own_exit_statuses[exit_status] += 1
             for observer in self._observers:
                 observer.server_crashed(cause, exit_status)
         policy = self.settings.restart
@@ -387,11 +390,35 @@ class ProcessOps:
         self._supervisor.kill_above_rss(rss_mb, cause=cause)
 
 
+def crash_causes(supervisor: Any) -> str:
+    """The crashes by cause, in words: a fault type's count, and a death no fault caused as what it
+    was (``exited by itself with status 3: 1``, not the label ``none``)."""
+    parts = []
+    for cause, count in sorted(supervisor.crashes.items()):
+        if cause != OWN_EXIT:
+            parts.append(f"{cause} {count}")
+            continue
+        statuses = getattr(supervisor, "own_exit_statuses", None) or {}
+        shown = ", ".join(describe_status(status) for status in sorted(statuses)) or "its own exit"
+        parts.append(f"exited by itself ({shown}) {count}")
+    return ", ".join(parts) or "0"
+
+
+def describe_status(status: int) -> str:
+    """An exit status as a shell reports it: ``status 3``, or ``status 137 (SIGKILL)``."""
+    if status > 128:
+        try:
+            return f"status {status} ({signal.Signals(status - 128).name})"
+        except ValueError:
+            pass
+    return f"status {status}"
+
+
 def summary_lines(supervisor: Any) -> list[str]:
     """The supervisor's account for the proxy's summary: generations, crashes by cause, downtime."""
     if supervisor is None:
         return []
-    crashes = ", ".join(f"{cause} {count}" for cause, count in sorted(supervisor.crashes.items())) or "0"
+    crashes = crash_causes(supervisor)
     downtimes = supervisor.downtimes_s
     total = sum(downtimes)
     worst = max(downtimes) if downtimes else 0.0

@@ -22,6 +22,7 @@ import dataclasses
 import email.utils
 import gzip
 import http.client
+import io
 import json
 import logging
 import re
@@ -49,10 +50,11 @@ from mcpfault.telemetry import otel_env
 from mcpfault.telemetry.logging import redact_text
 from mcpfault.telemetry.otel_env import OtelConfigError, OtlpExport, redact_userinfo
 from mcpfault.telemetry.otlp_json import otlp_json_request
+from mcpfault.telemetry.span_files import find_span_files, span_file_bytes
 
 _log = logging.getLogger(__name__)
 
-SPAN_FILE_GLOB: Final = "*spans.jsonl"
+SPAN_FILE_GLOB: Final = "*spans.jsonl"  # and its compressed form, *spans.jsonl.gz (span_files.SPAN_FILE_GLOBS)
 RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})  # the OTLP/HTTP specification's list
 _MAX_ERRORS: Final = 10  # failure messages kept in the summary
 _NON_PRINTABLE: Final = re.compile(r"[^\x20-\x7e]+")
@@ -159,7 +161,7 @@ def export_run(
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"run directory {run_dir} does not exist or is not a directory")
-    files = sorted(path for path in run_dir.rglob(SPAN_FILE_GLOB) if path.is_file())
+    files = find_span_files(run_dir)  # as written, or compressed by the bench
     if not files:
         raise ExportError(
             f"no span files ({SPAN_FILE_GLOB}) under {run_dir}; was the run made with tracing on? "
@@ -207,7 +209,7 @@ def _batches(path: Path, tally: ExportTally, max_spans: int, max_bytes: int) -> 
 
 
 def _requests(path: Path, tally: ExportTally) -> Iterator[ExportTraceServiceRequest]:
-    with path.open("rb") as lines:
+    with io.BytesIO(span_file_bytes(path)) as lines:
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue

@@ -7,7 +7,6 @@ shape, so one reader (``span_files.read_spans``) serves both.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -16,6 +15,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
+
+from mcpfault.protocol.jsonlines import dumps_line
 
 # The encoding of values and flags is SDK-free, for the fast span recorder; re-exported here.
 from mcpfault.telemetry.otlp_lines import FLAG_HAS_IS_REMOTE, FLAG_IS_REMOTE, encode_value, span_flags
@@ -53,7 +54,7 @@ def encode_otlp_json(spans: Sequence[ReadableSpan]) -> bytes:
     the proxy's hot path needs while it encodes. The output is the same JSON object (the test
     suite compares it with the reference path), hex ids aside.
     """
-    return json.dumps(otlp_json_request(spans), separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return dumps_line(otlp_json_request(spans), separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 def otlp_json_request(spans: Sequence[ReadableSpan]) -> dict[str, Any]:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gzip
 import json
 import logging
+import os
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,50 @@ from mcpfault.telemetry.otlp_json import KIND_FROM_OTLP, encode_otlp_json
 from mcpfault.telemetry.otlp_lines import SpanLinesFile
 
 _log = logging.getLogger(__name__)
+
+# A bench compresses each session's span files once the session is judged (most of a run directory's
+# bytes are spans); every reader takes a file as written or compressed.
+COMPRESSED_SUFFIX: Final = ".gz"
+SPAN_FILE_GLOBS: Final = ("*spans.jsonl", "*spans.jsonl.gz")
+
+
+def span_file_bytes(path: Path) -> bytes:
+    """The JSON lines of a span file, as written or compressed: ``path`` itself, or ``path.gz`` when
+    only that exists. A compressed file cut short (a writer killed) gives what it holds."""
+    if not path.exists() and not path.name.endswith(COMPRESSED_SUFFIX):
+        compressed = path.with_name(path.name + COMPRESSED_SUFFIX)
+        if compressed.exists():
+            path = compressed
+    data = path.read_bytes()
+    if not path.name.endswith(COMPRESSED_SUFFIX):
+        return data
+    inflate = zlib.decompressobj(wbits=31)  # gzip framing; unlike gzip.decompress, keeps a cut file's start
+    try:
+        return inflate.decompress(data)
+    except zlib.error as exc:
+        _log.warning("%s: not a gzip file (%s); read as it is", path, exc)
+        return data
+
+
+def find_span_files(run_dir: Path) -> list[Path]:
+    """Every span file under ``run_dir`` (recursively), as written or compressed, sorted."""
+    found = {path for pattern in SPAN_FILE_GLOBS for path in Path(run_dir).rglob(pattern) if path.is_file()}
+    return sorted(found)
+
+
+def compress_span_files(directory: Path, names: Sequence[str]) -> None:
+    """Replace each of ``names`` in ``directory`` by its gzip (``NAME.gz``); nothing is lost. Written
+    beside it first and renamed, so a reader sees one whole file or the other."""
+    for name in names:
+        plain = directory / name
+        if not plain.is_file():
+            continue
+        target = directory / (name + COMPRESSED_SUFFIX)
+        partial = directory / (name + COMPRESSED_SUFFIX + ".partial")
+        partial.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=6, mtime=0))
+        os.replace(partial, target)
+        plain.unlink()
+
 
 _KIND_NAMES: Final = {
     "SPAN_KIND_UNSPECIFIED": 0,
@@ -112,7 +159,7 @@ def read_spans(path: Path) -> list[SpanView]:
     skipped with a warning naming the file and line, so one bad batch never hides the others.
     Ids may be hex (OTLP JSON) or base64 (plain protobuf JSON); enums may be integers or names.
     """
-    data = Path(path).read_bytes()
+    data = span_file_bytes(Path(path))
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a line its writer never finished
     spans: list[SpanView] = []
