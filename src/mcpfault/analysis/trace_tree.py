@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from mcpfault.analysis.summary import AGENT_ORDER, PROFILE_ORDER, ordered
 from mcpfault.analysis.traces import SPAN_FILES, proxy_faults
 from mcpfault.telemetry import names
-from mcpfault.telemetry.span_files import SpanView, find_span_files, read_spans
+from mcpfault.telemetry.span_files import COMPRESSED_SUFFIX, SpanView, find_span_files, read_spans
 
 _STATE_PREFIX = "mcpfault.state."
 
@@ -31,7 +31,7 @@ class Node:
 
 # What marks a directory as a run's: a run's or a bench's records, an experiment's journal, or a
 # session's span files (a bench's sessions/PROFILE/AGENT/sNNN).
-RUN_MARKERS: Final = ("records.jsonl", "journal.jsonl", *SPAN_FILES)
+RUN_MARKERS: Final = ("records.jsonl", "journal.jsonl", *SPAN_FILES, *(name + COMPRESSED_SUFFIX for name in SPAN_FILES))
 
 
 def check_run_dir(run_dir: Path) -> None:

@@ -31,6 +31,7 @@ from mcpfault.analysis.join import Sent, Touch, acted_after
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
 from mcpfault.telemetry import names as span_names
+from mcpfault.telemetry.span_files import COMPRESSED_SUFFIX
 from mcpfault.telemetry.tracing import SpanView, read_spans
 
 # The span files of a session directory, one per process.
@@ -378,6 +379,7 @@ def read_session_spans(directory: Path) -> SessionSpans:
 
     def spans(name: str) -> list[SpanView]:
         path = directory / name
-        return read_spans(path) if path.exists() else []
+        written = path.exists() or path.with_name(name + COMPRESSED_SUFFIX).exists()  # a bench gzips them
+        return read_spans(path) if written else []
 
     return SessionSpans(spans(CLIENT_SPANS), spans(PROXY_SPANS), spans(SERVER_SPANS))

@@ -31,7 +31,7 @@ from mcpfault.harness.charts import render_charts
 from mcpfault.harness.formatting import interval, percent
 from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.telemetry import names
-from mcpfault.telemetry.span_files import SpanView
+from mcpfault.telemetry.span_files import COMPRESSED_SUFFIX, SpanView
 
 HTML_NAME: Final = "report.html"
 
@@ -127,8 +127,13 @@ def _task_nodes(run_dir: Path) -> dict[tuple[str, int], trace_tree.Node]:
     The pair is unique whether each task has a trace of its own or, in runs before that, its session's.
     """
     found: dict[tuple[str, int], trace_tree.Node] = {}
-    for client in sorted(run_dir.rglob(traces.CLIENT_SPANS)):
-        spans = traces.read_session_spans(client.parent)
+    sessions = {
+        path.parent
+        for pattern in (traces.CLIENT_SPANS, traces.CLIENT_SPANS + COMPRESSED_SUFFIX)
+        for path in run_dir.rglob(pattern)
+    }
+    for session in sorted(sessions):
+        spans = traces.read_session_spans(session)
         roots = trace_tree.trees([*spans.client, *spans.proxy, *spans.server])
         for node in trace_tree.tasks(roots):
             index = node.span.attributes.get(names.TASK_INDEX)
