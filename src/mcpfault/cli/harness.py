@@ -131,6 +131,14 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         "summary shows the one used) (default 0)",
     )
     parser.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
+    parser.add_argument(
+        "--task-deadline-s",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="each task's deadline: no attempt is sent past it, and resilient spends it on backoff and on "
+        "waiting for its breaker's probe (5.0; one bench second stands for a production minute, see README)",
+    )
     parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
     parser.add_argument(
         "--otlp-endpoint",
@@ -154,6 +162,17 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         help="run each proxy with the side-effect probe (eBPF: root and bpftrace); the probe's duplicate side "
         "effects must agree with the judge's duplicates, else the session is reported broken (exit 1)",
     )
+
+
+def _check_task_deadline(args: argparse.Namespace) -> None:
+    """--task-deadline-s must leave room for at least one call of --deadline seconds."""
+    if not args.task_deadline_s > 0:
+        raise UsageError(f"--task-deadline-s {args.task_deadline_s}: give seconds > 0")
+    if args.task_deadline_s < args.deadline:
+        raise UsageError(
+            f"--task-deadline-s {args.task_deadline_s:g} is shorter than one call's --deadline {args.deadline:g}: "
+            "a task would end before its first call could time out; give a task deadline of at least the call's"
+        )
 
 
 def _probe(option: str | None) -> str | None:
@@ -296,6 +315,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
     if args.deadline <= 0:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
+    _check_task_deadline(args)
     endpoint = _otlp_endpoint(args.otlp_endpoint)
     _check_pushgateway(args.pushgateway)
     probe = _probe(args.probe)
@@ -310,6 +330,7 @@ def _run(args: argparse.Namespace) -> int:
         world_seed=args.seed,
         proxy_seed=fault_seed(loaded.seed, args.seed),
         deadline_s=args.deadline,
+        task_deadline_s=args.task_deadline_s,
         era=args.era,
         transport=args.transport,
         proxy_summary=True,
@@ -384,6 +405,7 @@ def _bench(args: argparse.Namespace) -> int:
         _no_llm_options(args, args.models)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
+    _check_task_deadline(args)
     config = BenchConfig(
         profiles=tuple(resolve_profile(n) for n in names),
         agents=agents,
@@ -393,6 +415,7 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         jobs=args.jobs,
         deadline_s=args.deadline,
+        task_deadline_s=args.task_deadline_s,
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
@@ -430,6 +453,7 @@ def _bench(args: argparse.Namespace) -> int:
         "command": shlex.join(["mcpfault", *sys.argv[1:]]),
         "seed": args.seed,
         "tasks_per_cell": args.tasks,
+        "task_deadline_s": args.task_deadline_s,
         "session_tasks": args.session_tasks,
         "trials": args.trials,
         "jobs": args.jobs,
@@ -452,6 +476,7 @@ def _bench(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
         session_tasks=args.session_tasks,
         trials=args.trials,
+        task_deadline_s=args.task_deadline_s,
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None

@@ -24,7 +24,7 @@ from mcpfault.analysis.server import ServerAccount, read_accounts
 from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
-from mcpfault.harness.agents.policies import check_agent_name
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
 from mcpfault.harness.client import Era
 from mcpfault.harness.forkserver import ForkServer
@@ -54,6 +54,7 @@ class BenchConfig:
     seed: int = 0
     jobs: int = 16
     deadline_s: float = 0.5
+    task_deadline_s: float = DEFAULT_TASK_DEADLINE_S  # each task's own deadline (--task-deadline-s)
     workflows: tuple[str, ...] = WORKFLOWS
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
@@ -163,6 +164,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             session=session,
                             trial=trial,
                             deadline_s=config.deadline_s,
+                            task_deadline_s=config.task_deadline_s,
                             traces=config.traces,
                             otlp_endpoint=config.otlp_endpoint,
                             probe=config.probe,

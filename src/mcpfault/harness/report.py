@@ -108,6 +108,7 @@ class ReportMeta:
     broken: tuple[tuple[str, str, int, str], ...] = ()
     session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
     trials: int = 1  # bench --trials K
+    task_deadline_s: float | None = None  # bench --task-deadline-s (None: a report merged from older runs)
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -189,6 +190,7 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         f"- **Tasks per cell:** {meta.tasks_per_cell}{trials} ({len(summary.profiles)} profiles x "
         f"{len(summary.agents)} agents = {cells} cells, {summary.total_tasks:,} tasks recorded)",
         *_session_length(meta),
+        *_task_deadline(meta),
         f"- **Jobs:** {meta.jobs}",
         f"- **Wall time:** {duration(meta.wall_s)}",
         f"- **Machine:** {md(meta.machine)}",
@@ -222,6 +224,15 @@ def _session_length(meta: ReportMeta) -> list[str]:
         "shorter the sessions, the more tasks finish before the drift, and the better an agent without "
         "reconciliation looks (`docs/results/session-length.md` has a sweep of the session length). "
         "The outage and the bursts likewise sit at fixed calls of each session.",
+    ]
+
+
+def _task_deadline(meta: ReportMeta) -> list[str]:
+    if meta.task_deadline_s is None:
+        return []
+    return [
+        f"- **Task deadline:** {meta.task_deadline_s:g} s per task (`--task-deadline-s`): no agent sends an "
+        "attempt past it; one bench second stands for a minute of production (README, time in the bench).",
     ]
 
 

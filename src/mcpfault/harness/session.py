@@ -45,7 +45,7 @@ from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
-from mcpfault.harness.agents.policies import make_agent
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
@@ -78,6 +78,9 @@ class SessionPlan:
     session: int = 0
     trial: int = 0  # which of bench --trials K runs of its cell; written into every record
     deadline_s: float = 0.5
+    task_deadline_s: float = (
+        DEFAULT_TASK_DEADLINE_S  # the scripted agents' deadline per task (run/bench --task-deadline-s)
+    )
     era: Era = "legacy"
     # How the agent reaches the proxy: "stdio" (its stdin/stdout) or "http" (the Streamable HTTP
     # bridge in front of the mock, `proxy --listen 127.0.0.1:0 -- SERVER`), in the plan's era.
@@ -371,7 +374,8 @@ async def _make_agent(
 ) -> Any:
     """The plan's agent: a scripted policy by name, or the llm agent with its model backend."""
     if plan.llm is None:
-        return make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
+        rng = random.Random(f"agent:{plan.world_seed}:{plan.session}")
+        return make_agent(plan.agent, client, rng, task_deadline_s=plan.task_deadline_s)
     from mcpfault.harness.agents.llm.agent import LLMAgent, make_backend
 
     backend = await make_backend(plan.llm, profile=plan.profile_name, agent=plan.agent, session=plan.session)
