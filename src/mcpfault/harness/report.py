@@ -296,7 +296,7 @@ def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
     rest = [p for p in profiles if p not in STRESS_PROFILES and p not in http]
     groups = [
         ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
-        ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+        ("Stress profiles: an outage of 12 calls, outages of 1 s and 10 s, bursts, a storm at p = 0.5", stress),
         ("Over Streamable HTTP: the same seeds through the HTTP proxy in front of the mock", http),
     ]
     return [(title, members) for title, members in groups if members]

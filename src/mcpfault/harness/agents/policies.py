@@ -375,13 +375,16 @@ class Resilient(RetryOnly):
         await self.sleep(delay_s)
         return delay_s
 
-    async def _wait_for_probe(self) -> None:
+    async def _wait_for_probe(self) -> float:
         """Before an attempt: while the breaker is open, wait for its half-open probe when the task's
-        deadline leaves time for it, else fail now with circuit_open."""
+        deadline leaves time for it, else fail now with circuit_open. Returns the seconds waited."""
         wait_s = self.breaker.wait_s()
+        waited = 0.0
         if wait_s > 0 and wait_s + MIN_ATTEMPT_S <= self.remaining_s():
             await self.sleep(wait_s)
+            waited = wait_s
         self.breaker.check()
+        return waited
 
     async def _new_session(self) -> None:
         """After a 404 for the session: ``initialize`` again, as a 2025-11-25 client MUST (a handshake
@@ -426,7 +429,7 @@ class Resilient(RetryOnly):
         slept = 0.0
         for attempt in range(attempts):
             if "breaker" in self.enabled:
-                await self._wait_for_probe()
+                slept += await self._wait_for_probe()  # recorded with the attempt, as its backoff is
             try:
                 result = await send(attempt + 1, slept)
             except TaskDeadlineExceeded:
