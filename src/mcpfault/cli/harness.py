@@ -62,8 +62,8 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument(
         "--profiles",
         help="comma-separated bundled names or .toml paths; 'gentle' for the nine stdio profiles of the "
-        "benchmark (the default), 'stress' for outage, outage_1s, outage_10s, burst and storm, 'process' for crash_restart, stall "
-        "and cpu_starve",
+        "benchmark (the default), 'stress' for outage, outage_1s, outage_10s, burst and storm, 'process' for "
+        "crash_restart, stall and cpu_starve",
     )
     bench.add_argument(
         "--agents",
