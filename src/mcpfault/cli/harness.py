@@ -386,6 +386,7 @@ def _bench(args: argparse.Namespace) -> int:
         DEFAULT_AGENTS,
         SERVER_ACCOUNTS,
         BenchConfig,
+        bench_warnings,
         expand_profile_names,
         parse_shard,
         parse_transports,
@@ -430,6 +431,9 @@ def _bench(args: argparse.Namespace) -> int:
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
     plan_sessions(config, world)  # every name and profile is checked before the output directory exists
+    warnings = bench_warnings(config)
+    for warning in warnings:
+        print(f"mcpfault bench: warning: {warning}", file=sys.stderr)
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
@@ -462,6 +466,7 @@ def _bench(args: argparse.Namespace) -> int:
         "started_at": started_at,
         "sessions": result.sessions,
         "broken": [b.as_dict() for b in result.broken],
+        "warnings": warnings,
     }
     (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
     meta = ReportMeta(
@@ -477,6 +482,7 @@ def _bench(args: argparse.Namespace) -> int:
         session_tasks=args.session_tasks,
         trials=args.trials,
         task_deadline_s=args.task_deadline_s,
+        warnings=tuple(warnings),
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None

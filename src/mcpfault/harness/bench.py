@@ -185,6 +185,17 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
 TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials never share a seed
 
 
+def bench_warnings(config: BenchConfig) -> list[str]:
+    """The guardrails' warnings (faults.guardrails) for every profile of the matrix, in its sessions."""
+    from mcpfault.faults.guardrails import profile_warnings
+
+    warnings: list[str] = []
+    for path in dict.fromkeys([*config.profiles, *config.http_only]):
+        loaded = profiles.load(path)
+        warnings += profile_warnings(loaded, session_tasks=config.session_tasks, call_deadline_s=config.deadline_s)
+    return warnings
+
+
 def parse_transports(option: str) -> tuple[str, ...]:
     """``--transport``: stdio, http, or both (stdio then http)."""
     if option == "both":

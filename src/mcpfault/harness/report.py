@@ -109,6 +109,7 @@ class ReportMeta:
     session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
     trials: int = 1  # bench --trials K
     task_deadline_s: float | None = None  # bench --task-deadline-s (None: a report merged from older runs)
+    warnings: tuple[str, ...] = ()  # the guardrails' (faults.guardrails): where timing, not agents, may decide
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -198,6 +199,8 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     ]
     if meta.broken:
         lines += ["", *_broken_banner(meta)]
+    if meta.warnings:
+        lines += ["", *_warnings_banner(meta)]
     expected = meta.tasks_per_cell * max(1, meta.trials)
     short = [c for c in summary.cells if c.tasks != expected]
     if short:
@@ -250,6 +253,15 @@ def _broken_banner(meta: ReportMeta) -> list[str]:
         "their figures as results. The bench exited 1.",
         ">",
         *listed,
+    ]
+
+
+def _warnings_banner(meta: ReportMeta) -> list[str]:
+    return [
+        f"> **Warning: {len(meta.warnings)} timing hazard(s) in the profiles** (the same the bench printed, and "
+        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents.",
+        ">",
+        *(f"> - {md(warning)}" for warning in meta.warnings),
     ]
 
 
