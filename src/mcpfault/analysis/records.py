@@ -45,6 +45,7 @@ class TaskRecord:
     touched_no_effect: bool = False  # faults reached it, none changed what it received
     trial: int = 0  # which of bench --trials K runs of the cell (0 without --trials)
     transport: str = "stdio"  # how the agent reached the proxy: stdio, or http (the Streamable HTTP bridge)
+    seed: int = 0  # the run's --seed (world, tasks and faults); bench --seeds N runs seed .. seed+N-1
     # The llm agent's account of its task; left out of as_dict() for the scripted agents, which call no model.
     model: str | None = None
     model_calls: int = 0  # requests sent to the model, retries included

@@ -265,9 +265,9 @@ def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Seque
 
 def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummary:
     outcomes = Counter(r.outcome for r in records)
-    per_task: defaultdict[int, list[TaskRecord]] = defaultdict(list)
+    per_task: defaultdict[tuple[int, int], list[TaskRecord]] = defaultdict(list)
     for record in records:
-        per_task[record.task_index].append(record)
+        per_task[record.seed, record.task_index].append(record)  # each seed plans its own tasks
     trials = min(len(runs) for runs in per_task.values())
     correct = [(sum(r.outcome in ("success", "recovered") for r in runs), len(runs)) for runs in per_task.values()]
     clean = [(sum(r.outcome != "failed_silent" for r in runs), len(runs)) for runs in per_task.values()]

@@ -81,6 +81,14 @@ def add_parsers(commands: Any) -> None:
         "k = 1..K and the share of tasks never silent across k runs (1)",
     )
     bench.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the whole matrix under N seeds, --seed to --seed+N-1 (each its own world, tasks and faults); "
+        "the report gives every cell's rate per seed and the spread across seeds (1)",
+    )
+    bench.add_argument(
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
     )
     bench.add_argument(
@@ -388,6 +396,7 @@ def _bench(args: argparse.Namespace) -> int:
         BenchConfig,
         bench_warnings,
         expand_profile_names,
+        fixed_profiles,
         parse_shard,
         parse_transports,
         plan_sessions,
@@ -421,6 +430,7 @@ def _bench(args: argparse.Namespace) -> int:
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
         trials=args.trials,
+        seeds=args.seeds,
         llm=llm,
         probe=_probe(args.probe),
         transports=parse_transports(args.transport),
@@ -460,6 +470,7 @@ def _bench(args: argparse.Namespace) -> int:
         "task_deadline_s": args.task_deadline_s,
         "session_tasks": args.session_tasks,
         "trials": args.trials,
+        "seeds": args.seeds,
         "jobs": args.jobs,
         "shard": args.shard,
         "wall_s": round(result.wall_s, 1),
@@ -483,6 +494,8 @@ def _bench(args: argparse.Namespace) -> int:
         trials=args.trials,
         task_deadline_s=args.task_deadline_s,
         warnings=tuple(warnings),
+        seeds=args.seeds,
+        fixed_profiles=fixed_profiles(config),
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None

@@ -293,6 +293,10 @@ class Fault(Protocol):
         """A change to the handshake answer (initialize, server/discover), whether or not fired."""
         ...
 
+    def draws(self) -> bool:
+        """Whether ``plan`` draws from its rng with these settings (a jitter, a mode picked per injection)."""
+        ...
+
 
 TOOLS_CALL = frozenset({"tools/call"})
 # The requests that read what a server offers: where timeout, latency, error, malformed and stale make sense too.
@@ -338,6 +342,9 @@ class FaultBase:
 
     def handshake(self, call: Call) -> ResponseStep | None:
         return None
+
+    def draws(self) -> bool:
+        return False
 
 
 def reply_with_id(message: Mapping[str, Any], request_id: Any) -> dict[str, Any]:

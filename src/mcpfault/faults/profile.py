@@ -127,6 +127,11 @@ class Profile:
     description: str = ""
     server: ServerSettings = ServerSettings()
 
+    def is_fixed(self) -> bool:
+        """Nothing random in it: every rule fires with certainty (in its after, limit and window), in every
+        HTTP session, and its fault draws nothing; its faults are the same whatever the seed."""
+        return not any(rule.probability < 1.0 or rule.sessions is not None or rule.fault.draws() for rule in self.rules)
+
 
 def bundled() -> dict[str, Path]:
     """The bundled profiles by name, sorted."""

@@ -343,6 +343,8 @@ async def _run_tasks(
             result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
         if plan.trial:
             result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
+        if plan.world_seed:
+            result.records = [dataclasses.replace(r, seed=plan.world_seed) for r in result.records]
         if plan.transport != TRANSPORT_STDIO:
             result.records = [dataclasses.replace(r, transport=plan.transport) for r in result.records]
         if judged.mismatches and result.error is None:
