@@ -41,6 +41,7 @@ from mcpfault import __version__
 from mcpfault.analysis import traces
 from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, probe_duplicates_by_task, touches_by_task
+from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
@@ -447,14 +448,9 @@ def judge_session(
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
     events = read_events(plan.out_dir / "events.jsonl")
-    state_path = plan.out_dir / STATE_FILE
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise MCPFaultError(
-            f"{state_path}: the mock server's final state is missing or unreadable ({exc}); "
-            "without it the session's writes cannot be judged; see proxy.log beside it"
-        ) from None
+    # The bundled mock's write journal survives SIGKILL: the first source of the writes, spans the second.
+    journal = read_journal(plan.out_dir / SERVER_JOURNAL) if plan.server_command is None else None
+    state = _final_state(plan, journal)
     by_request = touches_by_task(attempts, faults_by_request(events))
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches = by_request
@@ -464,6 +460,8 @@ def judge_session(
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server))
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
+    journaled = duplicates_by_task(journal, [(r.index, r.workflow, r.tag) for r in runs]) if journal else None
+    lossy_spans = spans_may_be_lost(read_server_events(plan.out_dir / "events.jsonl"))
     probed, unjudged = (
         probe_duplicates_by_task(attempts, events, state_changes=SERVER_JOURNAL, write_tools=_mock_write_tools())
         if plan.probe is not None and plan.server_command is None  # the bundled mock, which journals
@@ -472,6 +470,7 @@ def judge_session(
     for run in runs:
         task = tasks.get(run.index)
         expected = expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag))
+        spans_duplicates = task.duplicates if task is not None else None
         record = judge(
             run,
             expected,
@@ -483,14 +482,23 @@ def judge_session(
             attempts=len(task.tool_calls) if task is not None else None,
             retries=task.retries if task is not None else None,
             trace_id=task.span.trace_id if task is not None else None,
-            # Duplicates come from the server's spans (two incident-creating writes under one task), so
-            # the traces alone explain the silent failure; the state file is the cross-check.
-            duplicates=task.duplicates if task is not None else None,
+            # Duplicates come from the server's write journal, which survives SIGKILL; without one, from
+            # its spans (two incident-creating writes under one task). The state file is the cross-check.
+            duplicates=journaled.get(run.index, 0) if journaled is not None else spans_duplicates,
         )
         from_state = check_answer(run, expected, state).duplicates
-        if task is not None and record.duplicates != from_state:
+        if record.duplicates != from_state and (journaled is not None or task is not None):
+            source = "journal" if journaled is not None else "spans"
             mismatches.append(
-                f"task {run.index}: {record.duplicates} duplicate(s) in the server's spans, {from_state} in its state"
+                f"task {run.index}: {record.duplicates} duplicate(s) in the server's {source}, "
+                f"{from_state} in its state"
+            )
+        # Spans lost with a server killed uncleanly may show fewer writes than the journal, never more.
+        spans_short = lossy_spans and spans_duplicates is not None and spans_duplicates < record.duplicates
+        if journaled is not None and spans_duplicates not in (None, record.duplicates) and not spans_short:
+            mismatches.append(
+                f"task {run.index}: {spans_duplicates} duplicate(s) in the server's spans, "
+                f"{record.duplicates} in its journal"
             )
         if probed is not None and run.index not in unjudged and probed.get(run.index, 0) != record.duplicates:
             mismatches.append(
@@ -499,6 +507,31 @@ def judge_session(
             )
         records.append(record)
     return Judged(records, mismatches)
+
+
+def _final_state(plan: SessionPlan, journal: Sequence[dict[str, Any]] | None) -> Any:
+    """The server's final state: its state file, or, when the last server died before writing it (a
+    SIGKILL with no restart), the bundled mock's world with its journal replayed, as a restart would."""
+    state_path = plan.out_dir / STATE_FILE
+    try:
+        return json.loads(state_path.read_text())
+    except (OSError, ValueError) as exc:
+        problem: Exception = exc
+    if journal is not None:
+        from mcpfault.mock.journal import Journal, JournalError
+        from mcpfault.mock.session import Session
+
+        world = World.generate(plan.world_seed)
+        try:
+            Session(world, None, Journal(plan.out_dir / SERVER_JOURNAL, plan.world_seed)).replay()
+        except JournalError as exc:
+            problem = exc
+        else:
+            return world.final_state()
+    raise MCPFaultError(
+        f"{state_path}: the mock server's final state is missing or unreadable ({problem}), and no journal "
+        "rebuilds it; without it the session's writes cannot be judged; see proxy.log beside it"
+    ) from None
 
 
 def _mock_write_tools() -> frozenset[str]:
