@@ -39,6 +39,7 @@ from opentelemetry.trace import (
 
 from mcpfault import __version__
 from mcpfault.analysis import traces
+from mcpfault.analysis.collateral import collateral, outages
 from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, probe_duplicates_by_task, touches_by_task
 from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
@@ -506,7 +507,43 @@ def judge_session(
                 f"{probed.get(run.index, 0)} duplicate side effect(s) seen by the probe"
             )
         records.append(record)
-    return Judged(records, mismatches)
+    return Judged(_attribute_collateral(plan, records, events, attempts), mismatches)
+
+
+def _attribute_collateral(
+    plan: SessionPlan,
+    records: Sequence[TaskRecord],
+    events: Sequence[dict[str, Any]],
+    attempts: Sequence[dict[str, Any]],
+) -> list[TaskRecord]:
+    """A failed task no fault of its own explains, whose requests met the server still held by an earlier
+    task's stall or crash: the record names that fault (analysis.collateral)."""
+    from mcpfault.faults import profile
+
+    holds = {rule.name: rule.fault.holds_server_s() for rule in profile.load(plan.profile).rules}
+    task_of_request = {a["request_id"]: a["task"] for a in attempts if a.get("task") is not None}
+    windows = outages(events, read_server_events(plan.out_dir / "events.jsonl"), task_of_request, holds)
+    unexplained = [
+        r.task_index for r in records if r.outcome in ("failed_detected", "failed_silent") and not r.affected_types
+    ]
+    if not windows or not unexplained:
+        return list(records)
+    caused = collateral(windows, events, task_of_request, unexplained)
+    judged = []
+    for record in records:
+        window = caused.get(record.task_index)
+        judged.append(
+            record
+            if window is None
+            else dataclasses.replace(
+                record,
+                fault_types=tuple(dict.fromkeys([*record.fault_types, window.fault_type])),
+                affected_types=tuple(dict.fromkeys([*record.affected_types, window.fault_type])),
+                caused_by=window.describe(),
+                detail=f"{record.detail} (the server was still held by the {window.describe()})",
+            )
+        )
+    return judged
 
 
 def _final_state(plan: SessionPlan, journal: Sequence[dict[str, Any]] | None) -> Any:
