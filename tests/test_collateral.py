@@ -10,7 +10,7 @@ import pytest
 
 from mcpfault.analysis.collateral import Outage, collateral, outages
 from mcpfault.harness.agents.tasks import TaskSpec
-from mcpfault.harness.session import SessionPlan, run_session
+from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
 from tests.conftest import write_profile
 
@@ -57,7 +57,7 @@ def test_a_stalls_collateral_failure_names_the_stall(tmp_path: Path) -> None:
     specs = tuple(TaskSpec(i, "interface_check", DEVICE, f"task-s-{i}") for i in range(2))
     plan = SessionPlan(profile=profile, profile_name="stall", agent="naive", tasks=specs, out_dir=tmp_path / "s")
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main() -> SessionResult:
         with anyio.fail_after(60):
             return await run_session(plan, WORLD)
 

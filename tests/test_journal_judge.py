@@ -11,7 +11,14 @@ import pytest
 
 from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
 from mcpfault.harness.agents.tasks import TaskSpec
-from mcpfault.harness.session import SERVER_JOURNAL, STATE_FILE, SessionPlan, judge_session, run_session
+from mcpfault.harness.session import (
+    SERVER_JOURNAL,
+    STATE_FILE,
+    SessionPlan,
+    SessionResult,
+    judge_session,
+    run_session,
+)
 from mcpfault.mock.world import World
 from tests.conftest import write_profile
 
@@ -72,7 +79,7 @@ def test_a_sigkill_after_a_write_is_judged_from_the_journal_and_the_session_is_n
     specs = tuple(TaskSpec(i, "open_incident", DEVICE, f"task-k-{i}") for i in range(3))
     plan = SessionPlan(profile=profile, profile_name="kill", agent="retry-only", tasks=specs, out_dir=tmp_path / "s")
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main() -> SessionResult:
         with anyio.fail_after(60):
             return await run_session(plan, WORLD)
 
