@@ -586,6 +586,7 @@ def _report(args: argparse.Namespace) -> int:
         f"Python {platform.python_version()}",
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
         trials=merged.trials,
+        seeds=len({r.seed for r in merged.records}),
     )
     if merged.servers:
         write_accounts(out / SERVER_ACCOUNTS, merged.servers)

@@ -56,8 +56,8 @@ MECHANISMS = ("retries", "validation", "freshness", "reconcile", "idempotency", 
 TRANSIENT_CODES = frozenset({jsonrpc.INTERNAL_ERROR, jsonrpc.UPSTREAM_UNAVAILABLE, -32001})
 
 
-# The bench's time scale: one bench second stands for a minute of production (README, "Time in the
-# bench"). A task has 5 s, a production agent's five minutes; the per-call deadline (0.5 s) is 30 s.
+# The bench's time scale: one bench second stands for a minute of production (README, "Agents that live in
+# time"). A task has 5 s, a production agent's five minutes; the per-call deadline (0.5 s) is 30 s.
 DEFAULT_TASK_DEADLINE_S = 5.0
 # Below this much time left, an attempt is not worth sending: the mock answers in about a millisecond,
 # but a loaded machine and the proxy take tens of them.
