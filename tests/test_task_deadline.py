@@ -4,7 +4,10 @@ probe and Retry-After, on an injected clock (a sleep moves it; nothing waits for
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -161,3 +164,16 @@ def test_every_agent_stops_sending_once_its_task_deadline_has_passed() -> None:
         with pytest.raises(TaskDeadlineExceeded):
             anyio.run(agent.call, "get_interface", {})
         assert len(client.sent) == 1
+
+
+def test_a_task_deadline_shorter_than_one_call_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    for command in ("run", "bench"):
+        done = subprocess.run(
+            [sys.executable, "-m", "mcpfault", command, "--task-deadline-s", "0.2", "--out", str(tmp_path / command)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "--task-deadline-s 0.2 is shorter than one call's --deadline 0.5" in done.stderr
+        assert not (tmp_path / command).exists()

@@ -327,6 +327,10 @@ def _run(args: argparse.Namespace) -> int:
     endpoint = _otlp_endpoint(args.otlp_endpoint)
     _check_pushgateway(args.pushgateway)
     probe = _probe(args.probe)
+    from mcpfault.faults.guardrails import profile_warnings
+
+    for warning in profile_warnings(loaded, session_tasks=args.tasks, call_deadline_s=args.deadline):
+        print(f"mcpfault run: warning: {warning}", file=sys.stderr)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
     world = World.generate(args.seed)
     plan = SessionPlan(
