@@ -55,5 +55,9 @@ def test_spans_count_the_duplicate_even_when_the_state_file_lost_it(tmp_path: Pa
     state_path.write_text(json.dumps(state))
     attempts = [a for a in read_jsonl(plan.out_dir / "attempts.jsonl") if isinstance(a, dict)]
     judged = judge_session(plan, WORLD, result.runs, attempts, traces.read_session_spans(plan.out_dir))
-    assert judged.records[0].duplicates == 1  # from the spans; the doctored state file says 0
+    assert judged.records[0].duplicates == 1  # from the journal (the spans agree); the doctored state file says 0
+    assert judged.mismatches == ["task 0: 1 duplicate(s) in the server's journal, 0 in its state"]
+    (plan.out_dir / "server-journal.jsonl").unlink()  # without the journal, the spans are the source
+    judged = judge_session(plan, WORLD, result.runs, attempts, traces.read_session_spans(plan.out_dir))
+    assert judged.records[0].duplicates == 1
     assert judged.mismatches == ["task 0: 1 duplicate(s) in the server's spans, 0 in its state"]

@@ -48,6 +48,11 @@ class TaskRecord:
     touched_no_effect: bool = False  # faults reached it, none changed what it received
     trial: int = 0  # which of bench --trials K runs of the cell (0 without --trials)
     transport: str = "stdio"  # how the agent reached the proxy: stdio, or http (the Streamable HTTP bridge)
+    seed: int = 0  # the run's --seed (world, tasks and faults); bench --seeds N runs seed .. seed+N-1
+    # A failure an earlier task's process fault caused (the server still stopped by its stall, still down
+    # after its crash): "stall (rule 'paused') in task 3". Its type is then among fault_types and
+    # affected_types too, so the process table counts the task under it.
+    caused_by: str | None = None
     # The llm agent's account of its task; left out of as_dict() for the scripted agents, which call no model.
     model: str | None = None
     model_calls: int = 0  # requests sent to the model, retries included

@@ -21,8 +21,9 @@ GENTLE_PROFILES = (
     "drift_output",
     "mixed",
 )
-# Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5.
-STRESS_PROFILES = ("outage", "burst", "storm")
+# Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5, and
+# outages that last a time (one second, ten) next to the one counted in calls.
+STRESS_PROFILES = ("outage", "outage_1s", "outage_10s", "burst", "storm")
 # Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
 PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)
@@ -267,9 +268,9 @@ def _cells(records: Sequence[TaskRecord], profiles: Sequence[str], agents: Seque
 
 def _cell(profile: str, agent: str, records: Sequence[TaskRecord]) -> CellSummary:
     outcomes = Counter(r.outcome for r in records)
-    per_task: defaultdict[int, list[TaskRecord]] = defaultdict(list)
+    per_task: defaultdict[tuple[int, int], list[TaskRecord]] = defaultdict(list)
     for record in records:
-        per_task[record.task_index].append(record)
+        per_task[record.seed, record.task_index].append(record)  # each seed plans its own tasks
     trials = min(len(runs) for runs in per_task.values())
     correct = [(sum(r.outcome in ("success", "recovered") for r in runs), len(runs)) for runs in per_task.values()]
     clean = [(sum(r.outcome != "failed_silent" for r in runs), len(runs)) for runs in per_task.values()]

@@ -67,8 +67,8 @@ def add_parsers(commands: Any) -> None:
     bench.add_argument(
         "--profiles",
         help="comma-separated bundled names or .toml paths; 'gentle' for the nine stdio profiles of the "
-        "benchmark (the default), 'stress' for outage, burst and storm, 'process' for crash_restart, stall "
-        "and cpu_starve",
+        "benchmark (the default), 'stress' for outage, outage_1s, outage_10s, burst and storm, 'process' for "
+        "crash_restart, stall and cpu_starve",
     )
     bench.add_argument(
         "--agents",
@@ -91,6 +91,14 @@ def add_parsers(commands: Any) -> None:
         metavar="K",
         help="run every cell K times, each with its own derived fault seeds; the report adds pass^k for "
         "k = 1..K and the share of tasks never silent across k runs (1)",
+    )
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the whole matrix under N seeds, --seed to --seed+N-1 (each its own world, tasks and faults); "
+        "the report gives every cell's rate per seed and the spread across seeds (1)",
     )
     bench.add_argument(
         "--shard", metavar="I/N", help="run only the I-th of N disjoint slices of the sessions (I from 0)"
@@ -154,6 +162,14 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         "summary shows the one used) (default 0)",
     )
     parser.add_argument("--deadline", type=float, default=0.5, metavar="SECONDS", help="per-call deadline (0.5)")
+    parser.add_argument(
+        "--task-deadline-s",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="each task's deadline: no attempt is sent past it, and resilient spends it on backoff and on "
+        "waiting for its breaker's probe (5.0; one bench second stands for a production minute, see README)",
+    )
     parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
     parser.add_argument(
         "--otlp-endpoint",
@@ -177,6 +193,17 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         help="run each proxy with the side-effect probe (eBPF: root and bpftrace); the probe's duplicate side "
         "effects must agree with the judge's duplicates, else the session is reported broken (exit 1)",
     )
+
+
+def _check_task_deadline(args: argparse.Namespace) -> None:
+    """--task-deadline-s must leave room for at least one call of --deadline seconds."""
+    if not args.task_deadline_s > 0:
+        raise UsageError(f"--task-deadline-s {args.task_deadline_s}: give seconds > 0")
+    if args.task_deadline_s < args.deadline:
+        raise UsageError(
+            f"--task-deadline-s {args.task_deadline_s:g} is shorter than one call's --deadline {args.deadline:g}: "
+            "a task would end before its first call could time out; give a task deadline of at least the call's"
+        )
 
 
 def _probe(option: str | None) -> str | None:
@@ -347,9 +374,14 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
     if args.deadline <= 0:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
+    _check_task_deadline(args)
     endpoint = _otlp_endpoint(args.otlp_endpoint)
     _check_pushgateway(args.pushgateway)
     probe = _probe(args.probe)
+    from mcpfault.faults.guardrails import profile_warnings
+
+    for warning in profile_warnings(loaded, session_tasks=args.tasks, call_deadline_s=args.deadline):
+        print(f"mcpfault run: warning: {warning}", file=sys.stderr)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
     world = World.generate(args.seed)
     plan = SessionPlan(
@@ -361,6 +393,7 @@ def _run(args: argparse.Namespace) -> int:
         world_seed=args.seed,
         proxy_seed=fault_seed(loaded.seed, args.seed),
         deadline_s=args.deadline,
+        task_deadline_s=args.task_deadline_s,
         era=args.era,
         transport=args.transport,
         proxy_summary=True,
@@ -419,7 +452,9 @@ def _bench(args: argparse.Namespace) -> int:
         DEFAULT_AGENTS,
         SERVER_ACCOUNTS,
         BenchConfig,
+        bench_warnings,
         expand_profile_names,
+        fixed_profiles,
         parse_shard,
         parse_transports,
         plan_sessions,
@@ -439,6 +474,7 @@ def _bench(args: argparse.Namespace) -> int:
         _no_llm_options(args, args.models)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
+    _check_task_deadline(args)
     config = BenchConfig(
         profiles=tuple(resolve_profile(n) for n in names),
         agents=agents,
@@ -448,10 +484,12 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         jobs=args.jobs,
         deadline_s=args.deadline,
+        task_deadline_s=args.task_deadline_s,
         workflows=_workflows(args.workflows),
         otlp_endpoint=_otlp_endpoint(args.otlp_endpoint),
         shard=parse_shard(args.shard) if args.shard else None,
         trials=args.trials,
+        seeds=args.seeds,
         llm=llm,
         probe=_probe(args.probe),
         transports=parse_transports(args.transport),
@@ -464,6 +502,9 @@ def _bench(args: argparse.Namespace) -> int:
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
     plan_sessions(config, world)  # every name and profile is checked before the output directory exists
+    warnings = bench_warnings(config)
+    for warning in warnings:
+        print(f"mcpfault bench: warning: {warning}", file=sys.stderr)
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
@@ -487,14 +528,17 @@ def _bench(args: argparse.Namespace) -> int:
         "command": shlex.join(["mcpfault", *sys.argv[1:]]),
         "seed": args.seed,
         "tasks_per_cell": args.tasks,
+        "task_deadline_s": args.task_deadline_s,
         "session_tasks": args.session_tasks,
         "trials": args.trials,
+        "seeds": args.seeds,
         "jobs": args.jobs,
         "shard": args.shard,
         "wall_s": round(result.wall_s, 1),
         "started_at": started_at,
         "sessions": result.sessions,
         "broken": [b.as_dict() for b in result.broken],
+        "warnings": warnings,
     }
     (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
     meta = ReportMeta(
@@ -510,6 +554,10 @@ def _bench(args: argparse.Namespace) -> int:
         session_tasks=args.session_tasks,
         trials=args.trials,
         profile_order=rows_in_order,
+        task_deadline_s=args.task_deadline_s,
+        warnings=tuple(warnings),
+        seeds=args.seeds,
+        fixed_profiles=fixed_profiles(config),
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
     report = write_report(result.records, out, meta, result.servers) if result.records else None
@@ -620,6 +668,7 @@ def _report(args: argparse.Namespace) -> int:
         f"Python {platform.python_version()}",
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
         trials=merged.trials,
+        seeds=len({r.seed for r in merged.records}),
     )
     if merged.servers:
         write_accounts(out / SERVER_ACCOUNTS, merged.servers)

@@ -17,9 +17,20 @@ def add_checks(commands: Any) -> None:
         "validate",
         help="check fault profiles and report every problem",
         description="Check each profile and report every problem at once: file, rule, field and what is "
-        "allowed. Exit 1 when any profile has a problem.",
+        "allowed. Exit 1 when any profile has a problem. Also warns (on stderr, exit status unchanged) where a "
+        "valid profile's outcome would depend on timing: a time window shorter than a session, or opening "
+        "after it ends; delays within scheduling noise of the call deadline.",
     )
     validate.add_argument("profiles", nargs="+", metavar="PROFILE", help="a .toml path or a bundled profile's name")
+    validate.add_argument(
+        "--session-tasks",
+        type=int,
+        default=20,
+        help="tasks per session the warnings assume, as bench --session-tasks (20)",
+    )
+    validate.add_argument(
+        "--deadline", type=float, default=0.5, metavar="SECONDS", help="the per-call deadline the warnings assume (0.5)"
+    )
     validate.set_defaults(handler=_validate)
 
     listing = commands.add_parser(
@@ -99,9 +110,16 @@ def add_tools(commands: Any) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
+    from mcpfault.faults.guardrails import profile_warnings
+
+    if args.session_tasks < 1 or not args.deadline > 0:
+        raise UsageError("--session-tasks must be at least 1 and --deadline more than 0 seconds")
+    valid: list[profile.Profile] = []
 
     def load(given: str) -> profile.Profile:
-        return profile.load(profile.resolve(given))
+        loaded = profile.load(profile.resolve(given))
+        valid.append(loaded)
+        return loaded
 
     def describe(loaded: profile.Profile) -> str:
         from mcpfault.faults.profile_warnings import warnings_of
@@ -112,7 +130,11 @@ def _validate(args: argparse.Namespace) -> int:
         noted = f", {len(found)} warning(s)" if found else ""
         return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s){noted})"
 
-    return EXIT_CHECK_FAILED if check_files(args.profiles, load, describe, "profile") else EXIT_OK
+    failed = check_files(args.profiles, load, describe, "profile")
+    for loaded in valid:
+        for warning in profile_warnings(loaded, session_tasks=args.session_tasks, call_deadline_s=args.deadline):
+            print(f"warning: {warning}", file=sys.stderr)
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
 def _profiles(args: argparse.Namespace) -> int:

@@ -302,6 +302,15 @@ class Fault(Protocol):
         """A change to the handshake answer (initialize, server/discover), whether or not fired."""
         ...
 
+    def draws(self) -> bool:
+        """Whether ``plan`` draws from its rng with these settings (a jitter, a mode picked per injection)."""
+        ...
+
+    def holds_server_s(self) -> float:
+        """Seconds the server stays unable to answer anyone once this fires (a stall's pause), 0 for none;
+        the analysis attributes later tasks' failures in that window to the task it fired in."""
+        ...
+
 
 TOOLS_CALL = frozenset({"tools/call"})
 # The requests that read what a server offers: where timeout, latency, error, malformed and stale make sense too.
@@ -347,6 +356,12 @@ class FaultBase:
 
     def handshake(self, call: Call) -> ResponseStep | None:
         return None
+
+    def draws(self) -> bool:
+        return False
+
+    def holds_server_s(self) -> float:
+        return 0.0
 
 
 def reply_with_id(message: Mapping[str, Any], request_id: Any) -> dict[str, Any]:

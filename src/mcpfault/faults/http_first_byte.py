@@ -36,5 +36,8 @@ class FirstByteLatency(FaultBase):
     delay_s: float = bounded(1.0, min=0.0, max=3600.0)
     jitter_s: float = bounded(0.0, min=0.0, max=3600.0)
 
+    def draws(self) -> bool:
+        return self.jitter_s > 0
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         return Injection("delay", http=_HoldFirstByte(self.delay_s + rng.uniform(0.0, self.jitter_s)))

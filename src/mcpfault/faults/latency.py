@@ -33,6 +33,9 @@ class Latency(FaultBase):
     delay_s: float = bounded(0.25, min=0.0, max=3600.0)
     jitter_s: float = bounded(0.0, min=0.0, max=3600.0)
 
+    def draws(self) -> bool:
+        return self.jitter_s > 0
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         # Drawn when the rule fires, so the delay depends only on the request sequence.
         delay_s = self.delay_s + rng.uniform(0.0, self.jitter_s)

@@ -43,6 +43,9 @@ class Malformed(FaultBase):
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES
 
+    def draws(self) -> bool:
+        return True  # the mode, and where in the answer the damage goes
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         mode = self.modes[rng.randrange(len(self.modes))]
         # Drawn now so that which byte or field is hit depends only on the request sequence.

@@ -130,6 +130,11 @@ class Profile:
     # supervisor): no warning calls the missing rules a mistake.
     no_faults_on_purpose: bool = False
 
+    def is_fixed(self) -> bool:
+        """Nothing random in it: every rule fires with certainty (in its after, limit and window), in every
+        HTTP session, and its fault draws nothing; its faults are the same whatever the seed."""
+        return not any(rule.probability < 1.0 or rule.sessions is not None or rule.fault.draws() for rule in self.rules)
+
 
 def bundled() -> dict[str, Path]:
     """The bundled profiles by name, sorted."""

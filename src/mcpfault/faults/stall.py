@@ -33,5 +33,8 @@ class Stall(FaultBase):
 
     duration_s: float = bounded(5.0, min=0.0, max=3600.0)
 
+    def holds_server_s(self) -> float:
+        return self.duration_s
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         return Injection("stop", process=_Stop(self.duration_s))

@@ -8,6 +8,7 @@ the same seed gives the same faults, hence the same outcome counts (timings asid
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -25,7 +26,7 @@ from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROF
 from mcpfault.analysis.traces import SPAN_FILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
-from mcpfault.harness.agents.policies import check_agent_name
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
 from mcpfault.harness.client import Era
 from mcpfault.harness.forkserver import ForkServer
@@ -57,11 +58,13 @@ class BenchConfig:
     seed: int = 0
     jobs: int = 16
     deadline_s: float = 0.5
+    task_deadline_s: float = DEFAULT_TASK_DEADLINE_S  # each task's own deadline (--task-deadline-s)
     workflows: tuple[str, ...] = WORKFLOWS
     traces: bool = True  # every session writes the spans of its three processes; outcomes come from them
     otlp_endpoint: str | None = None  # and exports them there too
     shard: tuple[int, int] | None = None  # (index, count): run only this disjoint slice of the sessions
     trials: int = 1  # runs of every cell, each with its own derived fault seeds (pass^k needs k >= 2)
+    seeds: int = 1  # the whole matrix once per seed, seed .. seed+seeds-1 (world, tasks and faults each)
     # What the agent name "llm" stands for: one model variant per entry (model x reliability hints).
     llm: tuple[LLMConfig, ...] = ()
     probe: str | None = None  # every session's proxy runs with --probe this (see SessionPlan.probe)
@@ -138,7 +141,31 @@ def fault_seed(profile_seed: int, seed: int, session: int = 0, trial: int = 0) -
     return profile_seed * 1_000_003 + seed * 1009 + session + trial * TRIAL_STRIDE
 
 
+def seed_worlds(config: BenchConfig, world: World) -> dict[int, World]:
+    """The world of every seed the bench runs (``world`` is the first seed's)."""
+    if config.seeds < 1:
+        raise UsageError(f"--seeds {config.seeds}: give at least 1")
+    return {seed: world if seed == config.seed else World.generate(seed) for seed in seed_range(config)}
+
+
+def seed_range(config: BenchConfig) -> range:
+    return range(config.seed, config.seed + config.seeds)
+
+
 def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
+    """Every session of the matrix, of every seed; with --seeds N > 1 each seed's under sessions/seed-S/."""
+    if config.seeds < 1:
+        raise UsageError(f"--seeds {config.seeds}: give at least 1")
+    if config.seeds == 1:
+        return _plan_one_seed(config, world)
+    plans = []
+    for seed, seed_world in seed_worlds(config, world).items():
+        one = dataclasses.replace(config, seed=seed, seeds=1, out_dir=config.out_dir / f"seed-{seed}", shard=None)
+        plans += _plan_one_seed(one, seed_world)
+    return _shard_and_order(config, plans)
+
+
+def _plan_one_seed(config: BenchConfig, world: World) -> list[SessionPlan]:
     if config.tasks < 1 or config.session_tasks < 1:
         raise UsageError("--tasks and --session-tasks must be at least 1")
     tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
@@ -172,6 +199,7 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             session=session,
                             trial=trial,
                             deadline_s=config.deadline_s,
+                            task_deadline_s=config.task_deadline_s,
                             traces=config.traces,
                             otlp_endpoint=config.otlp_endpoint,
                             probe=config.probe,
@@ -179,17 +207,38 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
                             era=config.era,
                         )
                     )
+    return _shard_and_order(config, plans)
+
+
+def _shard_and_order(config: BenchConfig, plans: list[SessionPlan]) -> list[SessionPlan]:
     if config.shard is not None:
         index, shards = config.shard
         # Sessions are numbered in one fixed order (profile, agent, session), so the N slices are
         # disjoint, cover the matrix, and each session runs exactly as it would unsharded.
-        plans.sort(key=lambda p: (p.transport, p.profile_name, p.agent, p.trial, p.session))
+        plans.sort(key=lambda p: (p.transport, p.profile_name, p.agent, p.world_seed, p.trial, p.session))
         plans = plans[index::shards]
     plans.sort(key=lambda p: SLOW_FIRST.get(p.profile_name, len(SLOW_FIRST)))
     return plans
 
 
 TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials never share a seed
+
+
+def bench_warnings(config: BenchConfig) -> list[str]:
+    """The guardrails' warnings (faults.guardrails) for every profile of the matrix, in its sessions."""
+    from mcpfault.faults.guardrails import profile_warnings
+
+    warnings: list[str] = []
+    for path in dict.fromkeys([*config.profiles, *config.http_only]):
+        loaded = profiles.load(path)
+        warnings += profile_warnings(loaded, session_tasks=config.session_tasks, call_deadline_s=config.deadline_s)
+    return warnings
+
+
+def fixed_profiles(config: BenchConfig) -> tuple[str, ...]:
+    """The matrix's profiles with nothing random in them (Profile.is_fixed): one scenario each, not a sample."""
+    loaded = [profiles.load(path) for path in dict.fromkeys([*config.profiles, *config.http_only])]
+    return tuple(p.name for p in loaded if p.is_fixed())
 
 
 def parse_transports(option: str) -> tuple[str, ...]:
@@ -257,10 +306,11 @@ async def run_bench(
     started = time.monotonic()
     limiter = anyio.CapacityLimiter(max(1, config.jobs))
     finished: list[SessionResult] = []
+    worlds = seed_worlds(config, world)
 
     async def one(plan: SessionPlan, launcher: ForkServer | None) -> None:
         async with limiter:
-            session = await run_session(plan, world, on_task_done, launcher)
+            session = await run_session(plan, worlds.get(plan.world_seed, world), on_task_done, launcher)
             if config.compress_spans:  # judged by now: the spans are read again only by traces show/export
                 await anyio.to_thread.run_sync(compress_span_files, plan.out_dir, SPAN_FILES)
             finished.append(session)
@@ -278,6 +328,7 @@ async def run_bench(
             s.plan.transport,
             s.plan.profile_name,
             s.plan.agent,
+            s.plan.world_seed,
             s.plan.trial,
             s.plan.session,
             order[id(s.plan)],
@@ -331,9 +382,17 @@ def merge_results(directories: Sequence[Path], *, allow_partial: bool = False) -
                 raise UsageError(str(exc)) from None
         meta_path = directory / "bench.json"
         metas.append(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
-    seen: set[tuple[str, str, str, int, int, int]] = set()
+    seen: set[tuple[str, str, str, int, int, int, int]] = set()
     for record in records:
-        key = (record.transport, record.profile, record.agent, record.trial, record.session, record.task_index)
+        key = (
+            record.transport,
+            record.profile,
+            record.agent,
+            record.seed,
+            record.trial,
+            record.session,
+            record.task_index,
+        )
         if key in seen:
             raise UsageError(f"task {key} appears in two directories: the shards overlap (same --shard given twice?)")
         seen.add(key)

@@ -46,6 +46,7 @@ from mcpfault.harness.charts import (
     xml,
 )
 from mcpfault.harness.formatting import duration, interval, milliseconds, percent, success_cell
+from mcpfault.harness.seeds_report import seeds_section
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -109,6 +110,10 @@ class ReportMeta:
     session_tasks: int | None = None  # tasks per session (each a fresh proxy and server)
     trials: int = 1  # bench --trials K
     profile_order: tuple[str, ...] = ()  # the report's rows in the order bench --profiles gave them
+    task_deadline_s: float | None = None  # bench --task-deadline-s (None: a report merged from older runs)
+    warnings: tuple[str, ...] = ()  # the guardrails' (faults.guardrails): where timing, not agents, may decide
+    seeds: int = 1  # bench --seeds N: the matrix under seed .. seed+N-1
+    fixed_profiles: tuple[str, ...] = ()  # profiles with nothing random (Profile.is_fixed): no interval
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -161,7 +166,8 @@ def render_markdown(
     sections = [
         _header(summary, meta),
         _success_section(summary, meta),
-        _intervals_section(summary),
+        _intervals_section(summary, meta),
+        seeds_section(records, _fixed_rows(meta)),
         _trials_section(summary),
         _coping_section(summary),
         _counts_section(summary, meta),
@@ -182,6 +188,8 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     fence = _fence(meta.command)
     cells = len(summary.cells)
     trials = f", each run {meta.trials} times (trials with derived fault seeds)" if meta.trials > 1 else ""
+    if meta.seeds > 1:
+        trials += f", under each of {meta.seeds} seeds ({meta.seed} to {meta.seed + meta.seeds - 1})"
     lines = [
         "# mcpfault bench report",
         "",
@@ -195,6 +203,7 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
         f"- **Tasks per cell:** {meta.tasks_per_cell}{trials} ({len(summary.profiles)} profiles x "
         f"{len(summary.agents)} agents = {cells} cells, {summary.total_tasks:,} tasks recorded)",
         *_session_length(meta),
+        *_task_deadline(meta),
         f"- **Jobs:** {meta.jobs}",
         f"- **Wall time:** {duration(meta.wall_s)}",
         f"- **Machine:** {md(meta.machine)}",
@@ -202,7 +211,9 @@ def _header(summary: Summary, meta: ReportMeta) -> list[str]:
     ]
     if meta.broken:
         lines += ["", *_broken_banner(meta)]
-    expected = meta.tasks_per_cell * max(1, meta.trials)
+    if meta.warnings:
+        lines += ["", *_warnings_banner(meta)]
+    expected = meta.tasks_per_cell * max(1, meta.trials) * max(1, meta.seeds)
     short = [c for c in summary.cells if c.tasks != expected]
     if short:
         listed = ", ".join(f"{md(c.profile)}/{md(c.agent)} ({c.tasks})" for c in short)
@@ -231,6 +242,15 @@ def _session_length(meta: ReportMeta) -> list[str]:
     ]
 
 
+def _task_deadline(meta: ReportMeta) -> list[str]:
+    if meta.task_deadline_s is None:
+        return []
+    return [
+        f"- **Task deadline:** {meta.task_deadline_s:g} s per task (`--task-deadline-s`): no agent sends an "
+        "attempt past it; one bench second stands for a minute of production (README, time in the bench).",
+    ]
+
+
 BROKEN_MARK = " (broken)"
 
 
@@ -245,6 +265,15 @@ def _broken_banner(meta: ReportMeta) -> list[str]:
         "their figures as results. The bench exited 1.",
         ">",
         *listed,
+    ]
+
+
+def _warnings_banner(meta: ReportMeta) -> list[str]:
+    return [
+        f"> **Warning: {len(meta.warnings)} timing hazard(s) in the profiles** (the same the bench printed, and "
+        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents.",
+        ">",
+        *(f"> - {md(warning)}" for warning in meta.warnings),
     ]
 
 
@@ -291,22 +320,31 @@ def _profile_groups(profiles: Sequence[str]) -> list[tuple[str, list[str]]]:
     rest = [p for p in profiles if p not in STRESS_PROFILES and p not in http]
     groups = [
         ("Gentle profiles: independent faults at p <= 0.2, a bad day in production", rest),
-        ("Stress profiles: an outage of 12 calls, bursts, a storm at p = 0.5", stress),
+        ("Stress profiles: an outage of 12 calls, outages of 1 s and 10 s, bursts, a storm at p = 0.5", stress),
         ("Over Streamable HTTP: the same seeds through the HTTP proxy in front of the mock", http),
     ]
     return [(title, members) for title, members in groups if members]
 
 
-def _intervals_section(summary: Summary) -> list[str]:
+def _fixed_rows(meta: ReportMeta) -> set[str]:
+    return {row_name(profile, transport) for profile in meta.fixed_profiles for transport in ("stdio", "http")}
+
+
+def _intervals_section(summary: Summary, meta: ReportMeta | None = None) -> list[str]:
+    fixed = _fixed_rows(meta) if meta is not None else set()
+
+    def bounds(cell: CellSummary, of: tuple[float, float]) -> str:
+        return "fixed" if cell.profile in fixed else interval(of)
+
     rows = [
         [
             md(c.profile),
             md(c.agent),
             str(c.tasks),
             percent(c.correct, c.tasks),
-            interval(c.success_interval),
+            bounds(c, c.success_interval),
             percent(c.failed_silent, c.tasks),
-            interval(c.silent_interval),
+            bounds(c, c.silent_interval),
         ]
         for c in summary.cells
     ]
@@ -315,7 +353,8 @@ def _intervals_section(summary: Summary) -> list[str]:
         "",
         "Every rate of the success table with its Wilson score interval (95%), over the cell's task runs. "
         "With trials, the runs of one task are not independent draws (the task is the same), so the interval "
-        "is narrower than it would be over as many distinct tasks; pass^k below is the measure across runs.",
+        "is narrower than it would be over as many distinct tasks; pass^k below is the measure across runs. "
+        "`fixed`: the profile has nothing random in it, so its row is one scenario, not a sample: no interval.",
         "",
         *md_table(["profile", "agent", "runs", "correct", "95% interval", "silent", "95% interval"], rows, 2),
     ]
@@ -371,7 +410,8 @@ def _coping_section(summary: Summary) -> list[str]:
         "",
         "Every cell with a failure: the share of tasks that ended correct, the failed_detected tasks by the "
         "failure class that ended them (`circuit_open`: refused by the resilient agent's breaker; "
-        "`retry_budget`: its retry budget was spent; `protocol_error`, `timeout`, `malformed`, `tool_error`, "
+        "`retry_budget`: its retry budget was spent; `task_deadline`: the task's deadline passed; "
+        "`protocol_error`, `timeout`, `malformed`, `tool_error`, "
         "`stale`: the last attempt's failure; `task_crashed`: the task code broke on an answer), and the "
         "failed_silent count.",
         "",

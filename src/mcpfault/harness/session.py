@@ -43,13 +43,15 @@ from opentelemetry.trace import (
 
 from mcpfault import __version__
 from mcpfault.analysis import traces
+from mcpfault.analysis.collateral import collateral, outages
 from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, probe_duplicates_by_task, touches_by_task
+from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
-from mcpfault.harness.agents.policies import make_agent
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
@@ -84,6 +86,9 @@ class SessionPlan:
     session: int = 0
     trial: int = 0  # which of bench --trials K runs of its cell; written into every record
     deadline_s: float = 0.5
+    task_deadline_s: float = (
+        DEFAULT_TASK_DEADLINE_S  # the scripted agents' deadline per task (run/bench --task-deadline-s)
+    )
     era: Era = "legacy"
     # How the agent reaches the proxy: "stdio" (its stdin/stdout) or "http" (the Streamable HTTP
     # bridge in front of the mock, `proxy --listen 127.0.0.1:0 -- SERVER`), in the plan's era.
@@ -374,6 +379,8 @@ async def _run_tasks(
             result.records = [with_agent_account(r, agent) for r in result.records]
         if plan.trial:
             result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
+        if plan.world_seed:
+            result.records = [dataclasses.replace(r, seed=plan.world_seed) for r in result.records]
         if plan.transport != TRANSPORT_STDIO:
             result.records = [dataclasses.replace(r, transport=plan.transport) for r in result.records]
         if judged.mismatches and result.error is None:
@@ -413,7 +420,8 @@ async def _make_agent(
 
         return await start_external_agent(plan.external, client, handshake, plan.out_dir, stack)
     if plan.llm is None:
-        return make_agent(plan.agent, client, random.Random(f"agent:{plan.world_seed}:{plan.session}"))
+        rng = random.Random(f"agent:{plan.world_seed}:{plan.session}")
+        return make_agent(plan.agent, client, rng, task_deadline_s=plan.task_deadline_s)
     from mcpfault.harness.agents.llm.agent import LLMAgent, make_backend
 
     backend = await make_backend(plan.llm, profile=plan.profile_name, agent=plan.agent, session=plan.session)
@@ -485,14 +493,9 @@ def judge_session(
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
     events = read_events(plan.out_dir / "events.jsonl")
-    state_path = plan.out_dir / STATE_FILE
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise MCPFaultError(
-            f"{state_path}: the mock server's final state is missing or unreadable ({exc}); "
-            "without it the session's writes cannot be judged; see proxy.log beside it"
-        ) from None
+    # The bundled mock's write journal survives SIGKILL: the first source of the writes, spans the second.
+    journal = read_journal(plan.out_dir / SERVER_JOURNAL) if plan.server_command is None else None
+    state = _final_state(plan, journal)
     # The llm agent's every request is its own choice: sending one again is a re-read (analysis.join.acted_after).
     rereads = plan.llm is not None if rereads is None else rereads
     by_request = touches_by_task(attempts, faults_by_request(events), rereads=rereads)
@@ -505,6 +508,8 @@ def judge_session(
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
+    journaled = duplicates_by_task(journal, [(r.index, r.workflow, r.tag) for r in runs]) if journal else None
+    lossy_spans = spans_may_be_lost(read_server_events(plan.out_dir / "events.jsonl"))
     probed, unjudged = (
         probe_duplicates_by_task(attempts, events, state_changes=SERVER_JOURNAL, write_tools=_mock_write_tools())
         if plan.probe is not None and plan.server_command is None  # the bundled mock, which journals
@@ -513,6 +518,7 @@ def judge_session(
     for run in runs:
         task = tasks.get(run.index)
         expected = expected_answer(world, TaskSpec(run.index, run.workflow, run.target, run.tag))
+        spans_duplicates = task.duplicates if task is not None else None
         record = judge(
             run,
             expected,
@@ -524,14 +530,23 @@ def judge_session(
             attempts=len(task.tool_calls) if task is not None else None,
             retries=task.retries if task is not None else None,
             trace_id=task.span.trace_id if task is not None else None,
-            # Duplicates come from the server's spans (two incident-creating writes under one task), so
-            # the traces alone explain the silent failure; the state file is the cross-check.
-            duplicates=task.duplicates if task is not None else None,
+            # Duplicates come from the server's write journal, which survives SIGKILL; without one, from
+            # its spans (two incident-creating writes under one task). The state file is the cross-check.
+            duplicates=journaled.get(run.index, 0) if journaled is not None else spans_duplicates,
         )
         from_state = check_answer(run, expected, state).duplicates
-        if task is not None and record.duplicates != from_state:
+        if record.duplicates != from_state and (journaled is not None or task is not None):
+            source = "journal" if journaled is not None else "spans"
             mismatches.append(
-                f"task {run.index}: {record.duplicates} duplicate(s) in the server's spans, {from_state} in its state"
+                f"task {run.index}: {record.duplicates} duplicate(s) in the server's {source}, "
+                f"{from_state} in its state"
+            )
+        # Spans lost with a server killed uncleanly may show fewer writes than the journal, never more.
+        spans_short = lossy_spans and spans_duplicates is not None and spans_duplicates < record.duplicates
+        if journaled is not None and spans_duplicates not in (None, record.duplicates) and not spans_short:
+            mismatches.append(
+                f"task {run.index}: {spans_duplicates} duplicate(s) in the server's spans, "
+                f"{record.duplicates} in its journal"
             )
         if probed is not None and run.index not in unjudged and probed.get(run.index, 0) != record.duplicates:
             mismatches.append(
@@ -539,7 +554,68 @@ def judge_session(
                 f"{probed.get(run.index, 0)} duplicate side effect(s) seen by the probe"
             )
         records.append(record)
-    return Judged(records, mismatches)
+    return Judged(_attribute_collateral(plan, records, events, attempts), mismatches)
+
+
+def _attribute_collateral(
+    plan: SessionPlan,
+    records: Sequence[TaskRecord],
+    events: Sequence[dict[str, Any]],
+    attempts: Sequence[dict[str, Any]],
+) -> list[TaskRecord]:
+    """A failed task no fault of its own explains, whose requests met the server still held by an earlier
+    task's stall or crash: the record names that fault (analysis.collateral)."""
+    from mcpfault.faults import profile
+
+    holds = {rule.name: rule.fault.holds_server_s() for rule in profile.load(plan.profile).rules}
+    task_of_request = {a["request_id"]: a["task"] for a in attempts if a.get("task") is not None}
+    windows = outages(events, read_server_events(plan.out_dir / "events.jsonl"), task_of_request, holds)
+    unexplained = [
+        r.task_index for r in records if r.outcome in ("failed_detected", "failed_silent") and not r.affected_types
+    ]
+    if not windows or not unexplained:
+        return list(records)
+    caused = collateral(windows, events, task_of_request, unexplained)
+    judged = []
+    for record in records:
+        window = caused.get(record.task_index)
+        judged.append(
+            record
+            if window is None
+            else dataclasses.replace(
+                record,
+                fault_types=tuple(dict.fromkeys([*record.fault_types, window.fault_type])),
+                affected_types=tuple(dict.fromkeys([*record.affected_types, window.fault_type])),
+                caused_by=window.describe(),
+                detail=f"{record.detail} (the server was still held by the {window.describe()})",
+            )
+        )
+    return judged
+
+
+def _final_state(plan: SessionPlan, journal: Sequence[dict[str, Any]] | None) -> Any:
+    """The server's final state: its state file, or, when the last server died before writing it (a
+    SIGKILL with no restart), the bundled mock's world with its journal replayed, as a restart would."""
+    state_path = plan.out_dir / STATE_FILE
+    try:
+        return json.loads(state_path.read_text())
+    except (OSError, ValueError) as exc:
+        problem: Exception = exc
+    if journal is not None:
+        from mcpfault.mock.journal import Journal, JournalError
+        from mcpfault.mock.session import Session
+
+        world = World.generate(plan.world_seed)
+        try:
+            Session(world, None, Journal(plan.out_dir / SERVER_JOURNAL, plan.world_seed)).replay()
+        except JournalError as exc:
+            problem = exc
+        else:
+            return world.final_state()
+    raise MCPFaultError(
+        f"{state_path}: the mock server's final state is missing or unreadable ({problem}), and no journal "
+        "rebuilds it; without it the session's writes cannot be judged; see proxy.log beside it"
+    ) from None
 
 
 RUNS_FILE = "runs.jsonl"  # what the harness saw of each task (harness/rejudge.py reads it back)

@@ -9,6 +9,13 @@
   safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched off by
   name (``resilient-no-freshness``, ...) to show what it buys.
 
+Every task has a deadline (``--task-deadline-s``, ``DEFAULT_TASK_DEADLINE_S``): no agent sends an
+attempt once too little of it is left, and each attempt's own deadline is cut to what is left.
+``resilient`` spends it: its backoff is bounded by the deadline rather than by an attempt count, its
+breaker's open state lasts a time and a caller waits for the half-open probe when its deadline
+allows, and it fails at once when waiting could only end past the deadline. Clock and sleep are
+given to the agent, so tests run its timing on a fake clock.
+
 Over Streamable HTTP the transport's own failures (an error status, a cut stream, a reset: each a
 ``TransportFailure``) are transient to both retrying agents. Only ``resilient`` knows HTTP: it waits
 what ``Retry-After`` says instead of its backoff, starts a new session after a 404 for its session
@@ -19,6 +26,7 @@ rule holds there too, so a non-idempotent write goes again only with its idempot
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,8 +56,25 @@ MECHANISMS = ("retries", "validation", "freshness", "reconcile", "idempotency", 
 TRANSIENT_CODES = frozenset({jsonrpc.INTERNAL_ERROR, jsonrpc.UPSTREAM_UNAVAILABLE, -32001})
 
 
+# The bench's time scale: one bench second stands for a minute of production (README, "Agents that live in
+# time"). A task has 5 s, a production agent's five minutes; the per-call deadline (0.5 s) is 30 s.
+DEFAULT_TASK_DEADLINE_S = 5.0
+# Below this much time left, an attempt is not worth sending: the mock answers in about a millisecond,
+# but a loaded machine and the proxy take tens of them.
+MIN_ATTEMPT_S = 0.05
+
+Clock = Callable[[], float]  # monotonic seconds
+Sleep = Callable[[float], Awaitable[None]]
+
+
 class CircuitOpen(CallError):
     failure = "circuit_open"
+
+
+class TaskDeadlineExceeded(CallError):
+    """The task's own deadline (--task-deadline-s) passed, or would before another attempt could end."""
+
+    failure = "task_deadline"
 
 
 class BudgetExhausted(CallError):
@@ -91,11 +116,23 @@ class Agent:
 
     name = "naive"
 
-    def __init__(self, client: StdioClient, rng: random.Random) -> None:
+    def __init__(
+        self,
+        client: StdioClient,
+        rng: random.Random,
+        *,
+        task_deadline_s: float = DEFAULT_TASK_DEADLINE_S,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = anyio.sleep,
+    ) -> None:
         self.client = client
         self.rng = rng
         self.task: TaskSpec | None = None
         self.stats = TaskStats()
+        self.task_deadline_s = task_deadline_s
+        self.clock = clock
+        self.sleep = sleep
+        self.deadline_at = clock() + task_deadline_s
 
     async def start(self) -> None:
         """Anything to do once per session, after the handshake."""
@@ -104,18 +141,35 @@ class Agent:
         self.task = spec
         self.stats = TaskStats()
         self.client.current_task = spec.index
+        self.deadline_at = self.clock() + self.task_deadline_s
+
+    def remaining_s(self) -> float:
+        """Seconds left before the task's deadline."""
+        return self.deadline_at - self.clock()
+
+    def call_deadline_s(self) -> float:
+        """The next attempt's deadline: the client's per-call one, cut to what the task has left.
+
+        Raises TaskDeadlineExceeded when too little is left for an attempt to be answered."""
+        remaining = self.remaining_s()
+        if remaining < MIN_ATTEMPT_S:
+            raise TaskDeadlineExceeded(
+                f"the task's deadline of {self.task_deadline_s:g}s has passed "
+                f"({max(0.0, remaining):.3f}s left, an attempt needs {MIN_ATTEMPT_S:g}s)"
+            )
+        return min(self.client.deadline_s, remaining)
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
         self.stats.calls += 1
-        return await self.client.call_tool(tool, arguments)
+        return await self.client.call_tool(tool, arguments, deadline_s=self.call_deadline_s())
 
     async def read(self, uri: str) -> Any:
         self.stats.calls += 1
-        return await self.client.read_resource(uri)
+        return await self.client.read_resource(uri, deadline_s=self.call_deadline_s())
 
     async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
         self.stats.calls += 1
-        return await self.client.get_prompt(name, arguments)
+        return await self.client.get_prompt(name, arguments, deadline_s=self.call_deadline_s())
 
 
 # One attempt of a logical call: (attempt number, seconds slept before it) -> the answer.
@@ -129,14 +183,24 @@ class RetryOnly(Agent):
     max_backoff_s = 0.2
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
-        return await self._retrying(lambda n, slept: self.client.call_tool(tool, arguments, attempt=n, backoff_s=slept))
+        return await self._retrying(
+            lambda n, slept: self.client.call_tool(
+                tool, arguments, deadline_s=self.call_deadline_s(), attempt=n, backoff_s=slept
+            )
+        )
 
     async def read(self, uri: str) -> Any:
-        return await self._retrying(lambda n, slept: self.client.read_resource(uri, attempt=n, backoff_s=slept))
+        return await self._retrying(
+            lambda n, slept: self.client.read_resource(
+                uri, deadline_s=self.call_deadline_s(), attempt=n, backoff_s=slept
+            )
+        )
 
     async def prompt(self, name: str, arguments: Mapping[str, str]) -> str:
         answer: str = await self._retrying(
-            lambda n, slept: self.client.get_prompt(name, arguments, attempt=n, backoff_s=slept)
+            lambda n, slept: self.client.get_prompt(
+                name, arguments, deadline_s=self.call_deadline_s(), attempt=n, backoff_s=slept
+            )
         )
         return answer
 
@@ -164,7 +228,7 @@ class RetryOnly(Agent):
         """Sleep before the next try; returns the seconds slept."""
         # Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2^attempt)].
         delay_s = self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt))
-        await anyio.sleep(delay_s)
+        await self.sleep(delay_s)
         return delay_s
 
 
@@ -173,44 +237,54 @@ BreakerState = Literal["closed", "open", "half_open"]
 
 @dataclass
 class Breaker:
-    """Closed, open, half-open; the cooldown is counted in calls refused, not in wall time.
+    """Closed, open, half-open; the open state lasts ``open_s`` seconds of the clock it is given.
 
-    Closed: every attempt goes through; ``threshold`` consecutive failures open it. Open: the next
-    ``cooldown_calls`` attempts are refused without a request (each fails fast with circuit_open),
-    then it turns half-open. Half-open: exactly one attempt, the probe, goes through; its success
-    closes the breaker, its failure opens it again for another cooldown.
+    Closed: every attempt goes through; ``threshold`` consecutive failures open it. Open: no attempt
+    is sent for ``open_s`` seconds; ``wait_s()`` says how long is left, and the caller decides whether
+    to wait for the probe (its task's deadline allows) or to fail now with circuit_open. Then it turns
+    half-open: exactly one attempt, the probe, goes through; its success closes the breaker, its
+    failure opens it again for another ``open_s``.
 
-    Why calls and not seconds: a wall-clock cooldown lets how fast refused tasks fail decide how
-    many fail (after a 10-request outage a 0.5 s cooldown refused 15 tasks in 12.5 ms without one
-    request). Counted in calls, the breaker refuses a fixed number per opening, then must send a
-    probe: the outcome depends on the request sequence only, as the seeded faults do.
+    Why a time and a caller that waits: an outage lasts a time, and a breaker's point is to leave the
+    server alone for a while. A breaker that refuses without waiting lets how fast refused tasks fail
+    decide how many fail (after a 10-request outage a 0.5 s cooldown refused 15 tasks in 12.5 ms
+    without one request); one whose callers wait for the probe, within their deadline, fails only
+    the tasks whose deadline comes before the server is back.
     """
 
-    threshold: int = 10
-    cooldown_calls: int = 2
+    clock: Clock = time.monotonic
+    threshold: int = 5
+    # One bench second: resilience4j's default waitDurationInOpenState is 60 s, a bench minute.
+    open_s: float = 1.0
     failures: int = 0  # consecutive, while closed
-    refused: int = 0  # attempts refused in the current opening
+    opened_at: float = 0.0
     state: BreakerState = "closed"
 
+    def wait_s(self) -> float:
+        """Seconds before an attempt may be sent: 0 while closed or once the open state has lasted ``open_s``."""
+        if self.state != "open":
+            return 0.0
+        return max(0.0, self.opened_at + self.open_s - self.clock())
+
     def check(self) -> None:
-        """Before an attempt: raises CircuitOpen when the attempt must not be sent."""
+        """Before an attempt: raises CircuitOpen when it must not be sent now; the first one after the
+        open state is over is the probe (half-open)."""
         if self.state == "open":
-            if self.refused < self.cooldown_calls:
-                self.refused += 1
+            left = self.wait_s()
+            if left > 0:
                 raise CircuitOpen(
-                    f"circuit open after {self.failures} consecutive failures "
-                    f"(refused {self.refused} of {self.cooldown_calls} before a probe)"
+                    f"circuit open after {self.failures} consecutive failures ({left:.3f}s before a probe may go)"
                 )
-            self.state = "half_open"  # this attempt is the probe
+            self.state = "half_open"
 
     def record(self, ok: bool) -> None:
         """After an attempt that was sent."""
         if ok:
-            self.state, self.failures, self.refused = "closed", 0, 0
+            self.state, self.failures = "closed", 0
             return
         self.failures += 1
         if self.state == "half_open" or self.failures >= self.threshold:
-            self.state, self.refused = "open", 0
+            self.state, self.opened_at = "open", self.clock()
 
 
 @dataclass
@@ -229,21 +303,35 @@ class Budget:
 
 
 class Resilient(RetryOnly):
+    """Retries bounded by the task's deadline: capped exponential backoff with full jitter, given up as
+    soon as the next backoff would leave no time for an attempt; ``max_attempts`` only stops a call that
+    fails instantly from spinning."""
+
     name = "resilient"
-    # 0.2^8: eight lost answers in a row for one call is a 1-in-390,000 streak at the timeout profile's rate.
-    max_attempts = 8
+    max_attempts = 32
+    # Capped at the per-call deadline (0.5 s: 30 s of production, the AWS SDKs' order of magnitude).
+    max_backoff_s = 0.5
     max_retry_after_s = 30.0  # a longer Retry-After ends the call: waiting that long is giving up
     max_handshakes = 4  # tries of a new session's initialize
 
-    def __init__(self, client: StdioClient, rng: random.Random, disabled: frozenset[str] = frozenset()) -> None:
-        super().__init__(client, rng)
+    def __init__(
+        self,
+        client: StdioClient,
+        rng: random.Random,
+        disabled: frozenset[str] = frozenset(),
+        *,
+        task_deadline_s: float = DEFAULT_TASK_DEADLINE_S,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = anyio.sleep,
+    ) -> None:
+        super().__init__(client, rng, task_deadline_s=task_deadline_s, clock=clock, sleep=sleep)
         self.enabled = frozenset(MECHANISMS) - disabled
         self.tools: dict[str, ToolInfo] = {}
         self.arg_renames: dict[str, dict[str, str]] = {}  # tool -> old argument name -> new
         self.field_renames: dict[str, dict[str, str]] = {}  # tool -> new field name -> the old one
         self.broken: dict[str, str] = {}  # tool -> how its contract changed
         self.max_as_of = 0
-        self.breaker = Breaker()
+        self.breaker = Breaker(clock=clock)
         self.budget = Budget()
         self._keys = 0
         if disabled:
@@ -274,14 +362,29 @@ class Resilient(RetryOnly):
         )
 
     async def backoff(self, attempt: int, exc: CallError | None = None) -> float:
-        """The server's Retry-After when it gave one (429, 503), else the jittered backoff."""
-        if not isinstance(exc, HttpStatusError) or exc.retry_after_s is None:
-            return await super().backoff(attempt, exc)
-        wait_s = exc.retry_after_s
-        if wait_s > self.max_retry_after_s:
-            raise exc from None  # sooner than the server allows would be refused; later is too late
-        await anyio.sleep(wait_s)
-        return wait_s
+        """The server's Retry-After when it gave one (429, 503), else the jittered backoff; either only
+        when an attempt still fits in the task's deadline after it, else the failure ends the call now."""
+        if isinstance(exc, HttpStatusError) and exc.retry_after_s is not None:
+            if exc.retry_after_s > self.max_retry_after_s:
+                raise exc from None  # sooner than the server allows would be refused; later is too late
+            delay_s = exc.retry_after_s
+        else:
+            delay_s = self.rng.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2**attempt))
+        if exc is not None and delay_s + MIN_ATTEMPT_S > self.remaining_s():
+            raise exc  # sleeping would only spend the deadline: fail now, and fast
+        await self.sleep(delay_s)
+        return delay_s
+
+    async def _wait_for_probe(self) -> float:
+        """Before an attempt: while the breaker is open, wait for its half-open probe when the task's
+        deadline leaves time for it, else fail now with circuit_open. Returns the seconds waited."""
+        wait_s = self.breaker.wait_s()
+        waited = 0.0
+        if wait_s > 0 and wait_s + MIN_ATTEMPT_S <= self.remaining_s():
+            await self.sleep(wait_s)
+            waited = wait_s
+        self.breaker.check()
+        return waited
 
     async def _new_session(self) -> None:
         """After a 404 for the session: ``initialize`` again, as a 2025-11-25 client MUST (a handshake
@@ -307,7 +410,9 @@ class Resilient(RetryOnly):
         self.stats.calls += 1
         self.budget.calls += 1
         answer: str = await self._guarded(
-            lambda n, slept: self.client.get_prompt(name, arguments, attempt=n, backoff_s=slept)
+            lambda n, slept: self.client.get_prompt(
+                name, arguments, deadline_s=self.call_deadline_s(), attempt=n, backoff_s=slept
+            )
         )
         return answer
 
@@ -324,9 +429,11 @@ class Resilient(RetryOnly):
         slept = 0.0
         for attempt in range(attempts):
             if "breaker" in self.enabled:
-                self.breaker.check()
+                slept += await self._wait_for_probe()  # recorded with the attempt, as its backoff is
             try:
                 result = await send(attempt + 1, slept)
+            except TaskDeadlineExceeded:
+                raise  # the task's time is up, not the server's fault: the breaker does not count it
             except CallError as exc:
                 if (
                     isinstance(exc, ProtocolError)
@@ -350,7 +457,9 @@ class Resilient(RetryOnly):
         raise AssertionError("unreachable")
 
     async def _read_attempt(self, uri: str, number: int, backoff_s: float) -> Any:
-        content = await self.client.read_resource(uri, attempt=number, backoff_s=backoff_s)
+        content = await self.client.read_resource(
+            uri, deadline_s=self.call_deadline_s(), attempt=number, backoff_s=backoff_s
+        )
         # A resource has no outputSchema; the mock's contract is an object stamped with as_of, as its tools'.
         if "validation" in self.enabled and not (isinstance(content, dict) and isinstance(content.get("as_of"), int)):
             raise MalformedResponse("schema", f"{uri}: the contents are not a JSON object with an integer as_of")
@@ -376,7 +485,9 @@ class Resilient(RetryOnly):
         return transient and safe
 
     async def _attempt(self, tool: str, args: Mapping[str, Any], number: int, backoff_s: float) -> Any:
-        result = await self.client.call_tool(tool, args, attempt=number, backoff_s=backoff_s)
+        result = await self.client.call_tool(
+            tool, args, deadline_s=self.call_deadline_s(), attempt=number, backoff_s=backoff_s
+        )
         renames = self.field_renames.get(tool)
         if renames:
             result = schema.rename_keys(result, renames)
@@ -457,15 +568,17 @@ class Resilient(RetryOnly):
 AGENT_NAMES = ("naive", "retry-only", "resilient", *(f"resilient-no-{m}" for m in MECHANISMS))
 
 
-def make_agent(name: str, client: StdioClient, rng: random.Random) -> Agent:
+def make_agent(
+    name: str, client: StdioClient, rng: random.Random, task_deadline_s: float = DEFAULT_TASK_DEADLINE_S
+) -> Agent:
     if name == "naive":
-        return Agent(client, rng)
+        return Agent(client, rng, task_deadline_s=task_deadline_s)
     if name == "retry-only":
-        return RetryOnly(client, rng)
+        return RetryOnly(client, rng, task_deadline_s=task_deadline_s)
     if name == "resilient":
-        return Resilient(client, rng)
+        return Resilient(client, rng, task_deadline_s=task_deadline_s)
     if name.startswith("resilient-no-") and name.removeprefix("resilient-no-") in MECHANISMS:
-        return Resilient(client, rng, frozenset({name.removeprefix("resilient-no-")}))
+        return Resilient(client, rng, frozenset({name.removeprefix("resilient-no-")}), task_deadline_s=task_deadline_s)
     raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
 
 
