@@ -1,0 +1,187 @@
+"""The lie fault on the mock server's real answers: valid, schema-conformant, one field changed, same seed same lies."""
+
+from __future__ import annotations
+
+import json
+from random import Random
+from typing import Any
+
+import jsonschema
+import pytest
+
+from mcpfault.faults.base import Call, PlanContext
+from mcpfault.faults.catalog import CATALOG
+from mcpfault.faults.lie import ALL_MODES, Lie, Mode, fields_touched
+from mcpfault.faults.profile import loads
+from mcpfault.mock import World
+from mcpfault.mock.session import Session
+from mcpfault.protocol import jsonrpc
+
+SEED = 7
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}
+
+
+class Mock:
+    """The mock server in process: its tools/list entries and its answers, as the proxy would see them."""
+
+    def __init__(self) -> None:
+        self.session = Session(World.generate(SEED))
+        self.next_id = 1
+        self.ask("initialize", INITIALIZE)
+        self.tools = {tool["name"]: tool for tool in self.ask("tools/list", {})["result"]["tools"]}
+
+    def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        response = self.session.handle({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        assert "error" not in response, response
+        return response
+
+    def call(self, tool: str, **arguments: Any) -> tuple[Call, bytes]:
+        params = {"name": tool, "arguments": arguments}
+        request = {"jsonrpc": "2.0", "id": self.next_id + 1, "method": "tools/call", "params": params}
+        return Call.from_body(request), jsonrpc.encode(self.ask("tools/call", params))
+
+    def first_site(self) -> str:
+        _call, data = self.call("list_sites")
+        site: str = json.loads(data)["result"]["structuredContent"]["sites"][0]["site_id"]
+        return site
+
+    def context(self, *, seed: int = 3, history: tuple[bytes, ...] = ()) -> PlanContext:
+        return PlanContext("lies", lambda _name: True, history=lambda _call: history, tool=self.tools.get, seed=seed)
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], Any]:
+    if isinstance(node, dict):
+        return {p: v for key, child in node.items() for p, v in _leaves(child, (*path, key)).items()}
+    if isinstance(node, list) and node:
+        return {p: v for i, child in enumerate(node) for p, v in _leaves(child, (*path, i)).items()}
+    return {path: node}
+
+
+def _tell(
+    mock: Mock, lie: Lie, tool: str, ctx: PlanContext, rng_seed: int = 1, **arguments: Any
+) -> tuple[Any, Any, Any]:
+    """(the true structured content, the lied one, the delivery) for one real answer."""
+    call, data = mock.call(tool, **arguments)
+    injection = lie.plan(call, Random(rng_seed), ctx)
+    assert injection.response is not None
+    delivery = injection.response(data)
+    assert delivery.data is not None
+    body = json.loads(delivery.data)  # still one valid JSON-RPC answer to the same request
+    assert body["jsonrpc"] == "2.0" and body["id"] == json.loads(data)["id"] and "error" not in body
+    result = body["result"]
+    schema = mock.tools[tool]["outputSchema"]
+    jsonschema.validate(result["structuredContent"], schema)  # conforms to the tool's outputSchema
+    texts = [item["text"] for item in result["content"] if item["type"] == "text"]
+    assert texts and all(json.loads(text) == result["structuredContent"] for text in texts)  # the mirror agrees
+    return json.loads(data)["result"]["structuredContent"], result["structuredContent"], delivery
+
+
+# (mode, tool, the field the lie is told in) on the mock's real answers.
+CASES: list[tuple[Mode, str, str]] = [
+    ("swap", "list_devices", "/devices/*/status"),
+    ("scale", "get_device_status", "interfaces_total"),
+    ("shift", "get_device_status", "status"),
+    ("empty", "list_devices", "devices"),
+    ("truncate", "list_devices", "devices"),
+    ("contradict", "get_device_status", "/maintenance/enabled"),
+]
+
+
+@pytest.mark.parametrize(("mode", "tool", "field"), CASES)
+def test_each_mode_lies_in_the_chosen_field_only(mode: Mode, tool: str, field: str) -> None:
+    mock = Mock()
+    site = mock.first_site()
+    arguments: dict[str, Any] = {"site_id": site}
+    if tool == "get_device_status":
+        _call, listing = mock.call("list_devices", site_id=site)
+        arguments = {"device_id": json.loads(listing)["result"]["structuredContent"]["devices"][0]["device_id"]}
+    true, lied, delivery = _tell(mock, Lie(modes=(mode,), fields=(field,)), tool, mock.context(), **arguments)
+    key = field.rsplit("/", 1)[-1].replace("*", "")
+    assert lied != true
+    assert delivery.fields == (key,)
+    differing = {path for path, value in _leaves(true).items() if _leaves(lied).get(path, "<absent>") != value}
+    differing |= {path for path in _leaves(lied) if path not in _leaves(true)}
+    # Every difference lies inside the chosen field (list items of a list field count as that field).
+    assert differing and all(key in path for path in differing), differing
+    if mode == "swap":
+        assert len(differing) == 2  # two items' statuses exchanged
+        assert sorted(str(_leaves(true)[p]) for p in differing) == sorted(str(_leaves(lied)[p]) for p in differing)
+    if mode == "scale":
+        assert lied[key] == true[key] * 10
+    if mode == "empty":
+        assert lied[key] == [] and true[key]
+    if mode == "truncate":
+        assert lied[key] == true[key][: len(true[key]) // 2]
+    if mode == "contradict":
+        assert lied["maintenance"]["enabled"] is (not true["maintenance"]["enabled"])
+    if mode == "shift":
+        enum = mock.tools[tool]["outputSchema"]["properties"]["status"]["enum"]
+        assert lied["status"] == enum[(enum.index(true["status"]) + 1) % len(enum)]
+
+
+def test_stale_field_takes_one_field_from_an_earlier_answer() -> None:
+    mock = Mock()
+    site = mock.first_site()
+    _call, listing = mock.call("list_devices", site_id=site)
+    device = json.loads(listing)["result"]["structuredContent"]["devices"][0]["device_id"]
+    _call, before = mock.call("get_device_status", device_id=device)
+    mock.call("set_maintenance", device_id=device, enabled=True, reason="lie test")
+    ctx = mock.context(history=(before,))
+    true, lied, delivery = _tell(
+        mock, Lie(modes=("stale_field",), fields=("enabled",)), "get_device_status", ctx, device_id=device
+    )
+    assert true["maintenance"]["enabled"] is True and lied["maintenance"]["enabled"] is False
+    assert lied["maintenance"]["reason"] == true["maintenance"]["reason"]  # the rest is fresh
+    assert lied["as_of"] == true["as_of"]
+    assert delivery.fields == ("enabled",)
+
+
+def test_no_field_to_lie_in_leaves_the_answer_as_it_was() -> None:
+    mock = Mock()
+    call, data = mock.call("list_sites")
+    injection = Lie(modes=("stale_field",)).plan(call, Random(0), mock.context())
+    assert injection.response is not None
+    delivery = injection.response(data)
+    assert delivery.data == data and delivery.fields == ()
+
+
+@pytest.mark.parametrize("mode", [m for m in ALL_MODES if m != "stale_field"])
+def test_auto_lies_in_a_non_id_field_and_stays_valid(mode: Mode) -> None:
+    mock = Mock()
+    site = mock.first_site()
+    true, lied, delivery = _tell(mock, Lie(modes=(mode,)), "list_devices", mock.context(), site_id=site)
+    assert lied != true and len(delivery.fields) == 1
+    assert not delivery.fields[0].endswith("_id")
+
+
+def test_same_seed_same_lies_other_seeds_other_fields() -> None:
+    mock = Mock()
+    site = mock.first_site()
+
+    def told(seed: int, rng_seed: int) -> tuple[Any, tuple[str, ...]]:
+        _true, lied, delivery = _tell(mock, Lie(), "list_devices", mock.context(seed=seed), rng_seed, site_id=site)
+        return lied, delivery.fields
+
+    assert all(told(11, n) == told(11, n) for n in range(10))
+    assert len({told(seed, 1)[1] for seed in range(12)} | {told(3, n)[1] for n in range(12)}) > 1
+
+
+def test_fields_touched_names_pointers() -> None:
+    mock = Mock()
+    _call, data = mock.call("list_devices", site_id=mock.first_site())
+    structured = json.loads(data)["result"]["structuredContent"]
+    schema = mock.tools["list_devices"]["outputSchema"]
+    assert fields_touched(structured, "swap", ("status",), schema, "s") == ["/devices/*/status"]
+    auto = fields_touched(structured, "contradict", "auto", schema, "s")
+    assert len(auto) == 1 and auto[0].startswith("/")
+
+
+def test_a_profile_names_lie_with_its_settings_and_bad_ones_are_explained() -> None:
+    profile = loads(
+        'name = "l"\n[[faults]]\nname = "lies"\ntype = "lie"\nmodes = ["swap", "scale"]\nfields = ["status"]\n'
+    )
+    assert CATALOG.get("lie") is Lie and CATALOG.get("lie").effect == "corrupted_fields"  # type: ignore[union-attr]
+    assert profile.rules[0].fault == Lie(modes=("swap", "scale"), fields=("status",))
+    with pytest.raises(Exception, match="modes"):
+        loads('name = "l"\n[[faults]]\nname = "lies"\ntype = "lie"\nmodes = ["fib"]\n')
