@@ -48,6 +48,7 @@ from mcpfault.telemetry import names
 Mode = Literal["swap", "scale", "shift", "empty", "truncate", "stale_field", "contradict"]
 ALL_MODES: tuple[Mode, ...] = ("swap", "scale", "shift", "empty", "truncate", "stale_field", "contradict")
 AUTO: Literal["auto"] = "auto"
+BELIEVED_LIE = "believed_lie"  # the judge's failure class for a wrong answer a lie affected
 Path = tuple[str | int, ...]
 
 
@@ -59,6 +60,8 @@ class Lie(FaultBase):
     targets: ClassVar[frozenset[str]] = TOOLS_CALL
     # A lie matters when the task reads the field it changed (the delivery names it).
     effect: ClassVar[Effect] = "corrupted_fields"
+    # A wrong answer from a task this affected used the lie: the agent believed it.
+    wrong_answer: ClassVar[str | None] = BELIEVED_LIE
     needs_tools: ClassVar[bool] = True  # the outputSchema says which values stay valid (an enum's values)
 
     # One is drawn per injection.
