@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
+import sys
 from random import Random
 from typing import Any
 
 import jsonschema
 import pytest
 
+from mcpfault.analysis.join import Touch
+from mcpfault.analysis.judge import TaskRun, Verdict, classify
+from mcpfault.analysis.records import read_records
 from mcpfault.faults.base import Call, PlanContext
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.lie import ALL_MODES, Lie, Mode, fields_touched
@@ -185,3 +191,49 @@ def test_a_profile_names_lie_with_its_settings_and_bad_ones_are_explained() -> N
     assert profile.rules[0].fault == Lie(modes=("swap", "scale"), fields=("status",))
     with pytest.raises(Exception, match="modes"):
         loads('name = "l"\n[[faults]]\nname = "lies"\ntype = "lie"\nmodes = ["fib"]\n')
+
+
+# ---- judged: a wrong answer a lie affected is believed_lie ------------------------------------------
+
+
+def _run_of(answer: Any) -> TaskRun:
+    return TaskRun(0, "site_triage", "ams2", "t0", 0.0, 1.0, answer=answer, attempts=2, calls=2)
+
+
+def test_a_wrong_answer_a_lie_affected_is_a_believed_lie() -> None:
+    lied = Touch(fault_types=["lie"], fault_modes=["lie:swap"], affected_types=["lie"])
+    corrupt = Touch(fault_types=["malformed"], fault_modes=["malformed:wrong_type"], affected_types=["malformed"])
+    wrong = Verdict(correct=False, why="answer differs")
+    assert classify(_run_of(["x"]), wrong, lied)[:2] == ("failed_silent", "believed_lie")
+    assert classify(_run_of(["x"]), wrong, corrupt)[:2] == ("failed_silent", "wrong_answer")
+    # A lie that touched the task without changing what it reads is not believed: a wrong answer is its own.
+    untouched = Touch(fault_types=["lie"], fault_modes=["lie:swap"])
+    assert classify(_run_of(["x"]), wrong, untouched)[:2] == ("failed_silent", "wrong_answer")
+    # Noticed (the agent raised): detected, not believed.
+    raised = TaskRun(0, "site_triage", "ams2", "t0", 0.0, 1.0, failure="inconsistent", detail="two sources disagree")
+    assert classify(raised, wrong, lied)[:2] == ("failed_detected", "inconsistent")
+
+
+def _mcpfault(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mcpfault", *args], capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("agent", ["naive", "retry-only"])
+def test_run_with_the_lies_profile_naive_and_retry_only_believe_lies(tmp_path: pathlib.Path, agent: str) -> None:
+    outcomes = []
+    for attempt in ("first", "again"):
+        out = tmp_path / attempt
+        done = _mcpfault("run", "--profile", "lies", "--agent", agent, "--tasks", "40", "--out", str(out))
+        assert done.returncode in {0, 1}, done.stderr
+        records = read_records(out / "records.jsonl")
+        events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+        lies = [event for event in events if event.get("fault_type") == "lie"]
+        assert lies and all(event["fields"] for event in lies if event["client_received"] == "response")
+        believed = [r for r in records if r.failure == "believed_lie"]
+        assert believed, [(r.task, r.outcome, r.fault_modes) for r in records if r.fault_types]
+        for record in believed:
+            assert record.outcome == "failed_silent" and "lie" in record.affected_types
+            assert record.answer != record.expected
+        outcomes.append([(r.task_index, r.outcome, r.failure, r.fault_modes) for r in records])
+        outcomes.append([(e["request_id"], e["fault_mode"], e.get("fields")) for e in lies])
+    assert outcomes[0] == outcomes[2] and outcomes[1] == outcomes[3]  # same seed, same lies, same judgments
