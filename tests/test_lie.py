@@ -220,7 +220,7 @@ def _mcpfault(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("agent", ["naive", "retry-only"])
 def test_run_with_the_lies_profile_naive_and_retry_only_believe_lies(tmp_path: pathlib.Path, agent: str) -> None:
-    outcomes = []
+    outcomes: list[list[tuple[Any, ...]]] = []
     for attempt in ("first", "again"):
         out = tmp_path / attempt
         done = _mcpfault("run", "--profile", "lies", "--agent", agent, "--tasks", "40", "--out", str(out))
