@@ -14,11 +14,12 @@ import pytest
 
 from mcpfault.analysis.join import Touch
 from mcpfault.analysis.judge import TaskRun, Verdict, classify
-from mcpfault.analysis.records import read_records
+from mcpfault.analysis.records import Outcome, TaskRecord, read_records
 from mcpfault.faults.base import Call, PlanContext
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.lie import ALL_MODES, Lie, Mode, fields_touched
 from mcpfault.faults.profile import loads
+from mcpfault.harness.lies import AgentLies, agent_lies, lies_section
 from mcpfault.mock import World
 from mcpfault.mock.session import Session
 from mcpfault.protocol import jsonrpc
@@ -225,7 +226,7 @@ def test_run_with_the_lies_profile_naive_and_retry_only_believe_lies(tmp_path: p
         out = tmp_path / attempt
         done = _mcpfault("run", "--profile", "lies", "--agent", agent, "--tasks", "40", "--out", str(out))
         assert done.returncode in {0, 1}, done.stderr
-        records = read_records(out / "records.jsonl")
+        records = list(read_records(out / "records.jsonl"))
         events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
         lies = [event for event in events if event.get("fault_type") == "lie"]
         assert lies and all(event["fields"] for event in lies if event["client_received"] == "response")
@@ -237,3 +238,49 @@ def test_run_with_the_lies_profile_naive_and_retry_only_believe_lies(tmp_path: p
         outcomes.append([(r.task_index, r.outcome, r.failure, r.fault_modes) for r in records])
         outcomes.append([(e["request_id"], e["fault_mode"], e.get("fields")) for e in lies])
     assert outcomes[0] == outcomes[2] and outcomes[1] == outcomes[3]  # same seed, same lies, same judgments
+
+
+# ---- the report's "believed a lie" row per agent -----------------------------------------------------
+
+
+def _record(
+    agent: str, outcome: Outcome, failure: str | None = None, affected: tuple[str, ...] = ("lie",)
+) -> TaskRecord:
+    return TaskRecord(
+        "lies", agent, 0, 0, "site_triage", outcome, fault_types=("lie",), failure=failure, affected_types=affected
+    )
+
+
+def test_lies_section_counts_per_agent_what_lies_did() -> None:
+    records = [
+        _record("resilient", "recovered"),
+        _record("naive", "failed_silent", "believed_lie"),
+        _record("naive", "failed_silent", "write_denied"),
+        _record("naive", "success"),
+        _record("naive", "success", affected=()),  # a lie that changed nothing the task reads: not lied to
+        _record("resilient", "failed_detected", "inconsistent"),
+        TaskRecord("lies", "retry-only", 0, 1, "site_triage", "failed_silent", failure="wrong_answer"),  # no lie
+    ]
+    assert agent_lies(records) == [
+        AgentLies("naive", lied_to=3, believed=2, noticed=0, cross_checked=0, absorbed=1),
+        AgentLies("resilient", lied_to=2, believed=0, noticed=1, cross_checked=1, absorbed=0),
+    ]
+    lines = lies_section(records)
+    assert lines[0] == "## Lies" and any("believed a lie" in line for line in lines)
+    assert lies_section([r for r in records if not r.affected_types]) == []
+
+
+def test_bench_lies_and_lies_storm_report_a_believed_a_lie_row_per_agent(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "bench"
+    done = _mcpfault("bench", "--profiles", "lies,lies_storm", "--tasks", "20", "--out", str(out))
+    assert done.returncode in {0, 1}, done.stderr
+    records = list(read_records(out / "records.jsonl"))
+    assert {r.profile for r in records} == {"lies", "lies_storm"}
+    rows = {a.agent: a for a in agent_lies(records)}
+    assert rows["naive"].believed > 0 and rows["retry-only"].believed > 0
+    report = (out / "report.md").read_text()
+    table = report[report.index("## Lies") :].split("\n\n")[2].splitlines()
+    assert table[0].split("|")[3].strip() == "believed a lie"
+    assert [line.split("|")[1].strip() for line in table[2:]] == list(rows)
+    for line in table[2:]:
+        assert int(line.split("|")[3]) == rows[line.split("|")[1].strip()].believed
