@@ -20,9 +20,10 @@ GENTLE_PROFILES = (
     "drift_input",
     "drift_output",
     "mixed",
+    "lies",
 )
 # Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5.
-STRESS_PROFILES = ("outage", "burst", "storm")
+STRESS_PROFILES = ("outage", "burst", "storm", "lies_storm")
 # Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
 PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)
