@@ -17,7 +17,7 @@ from mcpfault.analysis.judge import TaskRun, Verdict, classify
 from mcpfault.analysis.records import Outcome, TaskRecord, read_records
 from mcpfault.faults.base import Call, PlanContext
 from mcpfault.faults.catalog import CATALOG
-from mcpfault.faults.lie import ALL_MODES, Lie, Mode, fields_touched
+from mcpfault.faults.lie import ALL_MODES, Lie, Mode
 from mcpfault.faults.profile import loads
 from mcpfault.harness.lies import AgentLies, agent_lies, lies_section
 from mcpfault.mock import World
@@ -174,14 +174,43 @@ def test_same_seed_same_lies_other_seeds_other_fields() -> None:
     assert len({told(seed, 1)[1] for seed in range(12)} | {told(3, n)[1] for n in range(12)}) > 1
 
 
-def test_fields_touched_names_pointers() -> None:
+@pytest.mark.parametrize("mode", [m for m in ALL_MODES if m != "stale_field"])
+def test_auto_lies_in_the_field_dry_run_names(mode: Mode) -> None:
     mock = Mock()
-    _call, data = mock.call("list_devices", site_id=mock.first_site())
-    structured = json.loads(data)["result"]["structuredContent"]
-    schema = mock.tools["list_devices"]["outputSchema"]
-    assert fields_touched(structured, "swap", ("status",), schema, "s") == ["/devices/*/status"]
-    auto = fields_touched(structured, "contradict", "auto", schema, "s")
-    assert len(auto) == 1 and auto[0].startswith("/")
+    site = mock.first_site()
+    lie = Lie(modes=(mode,))
+    named = lie.touches(mock.tools["list_devices"], seed=3, rule_name="lies")[mode]
+    assert len(named) == 1 and named[0].startswith("/")
+    _true, _lied, delivery = _tell(mock, lie, "list_devices", mock.context(seed=3), site_id=site)
+    assert delivery.fields == (named[0].rsplit("/", 1)[-1],)
+    explicit = Lie(modes=("swap", "empty"), fields=("status",)).touches(
+        mock.tools["list_devices"], seed=3, rule_name="x"
+    )
+    assert explicit == {"swap": ["/devices/*/status"]}  # a status is no list: it cannot be emptied
+
+
+EVERYTHING = (
+    pathlib.Path(__file__).resolve().parent / "npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+)
+TIME_SERVER = pathlib.Path(sys.executable).parent / "mcp-server-time"
+
+
+@pytest.mark.parametrize(
+    ("server", "tool", "field"),
+    [
+        (["node", str(EVERYTHING)], "get-structured-content", "/temperature"),
+        ([str(TIME_SERVER)], "get_current_time", "/is_dst"),
+    ],
+)
+def test_dry_run_names_the_fields_each_lie_rule_may_change_on_a_third_party_server(
+    tmp_path: pathlib.Path, server: list[str], tool: str, field: str
+) -> None:
+    profile = tmp_path / "lies.toml"
+    profile.write_text('name = "any"\nseed = 3\n[[faults]]\nname = "any-lie"\ntype = "lie"\nprobability = 0.2\n')
+    done = _mcpfault("proxy", "--dry-run", "-c", str(profile), "--", *server)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout[done.stdout.index("fields each rule may change") :]
+    assert tool in table and field in table, done.stdout
 
 
 def test_a_profile_names_lie_with_its_settings_and_bad_ones_are_explained() -> None:

@@ -80,6 +80,10 @@ class Lie(FaultBase):
     def history_depth(self) -> int:
         return self.history if "stale_field" in self.modes else 0
 
+    def touches(self, tool: Mapping[str, Any], *, seed: int, rule_name: str) -> dict[str, list[str]]:
+        """Per mode, the fields this rule may lie in, in ``tool``'s answers (``proxy --dry-run``)."""
+        return touches(self, tool, seed=seed, rule_name=rule_name)
+
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
         mode = self.modes[rng.randrange(len(self.modes))]
         # Drawn now so that which item lies, and how, depends only on the request sequence.
@@ -132,11 +136,15 @@ def tell(
     if not candidates:
         return Delivery(data)
     if fields == AUTO:
-        # One field (all its list items alike) per tool and mode, from the seed; then one item by the draw.
-        shapes = sorted({_shape(path) for path in candidates})
-        digest = hashlib.sha256(salt.encode()).digest()
-        chosen_shape = shapes[int.from_bytes(digest[:8], "big") % len(shapes)]
+        # One field (all its list items alike) per tool and mode, from the seed and the tool's outputSchema
+        # (so that every answer of the tool lies in the same field, the one --dry-run names), or from the
+        # answer's own fields when there is no schema; then one item by the draw.
+        shapes = schema_fields(schema, mode, fields) if schema is not None else []
+        shapes = shapes or sorted({_shape(path) for path in candidates})
+        chosen_shape = _seeded(shapes, salt)
         candidates = [path for path in candidates if _shape(path) == chosen_shape]
+        if not candidates:
+            return Delivery(data)
     path = candidates[min(len(candidates) - 1, int(where * len(candidates)))]
     _apply(mode, lied, path, schema=_schema_at(schema, path), olds=olds, how=how)
     result["structuredContent"] = lied
@@ -145,22 +153,82 @@ def tell(
     return Delivery(encode(body), fields=(key,) if key is not None else ())
 
 
-def fields_touched(
-    structured: Any, mode: Mode, fields: tuple[str, ...] | Literal["auto"], schema: Mapping[str, Any] | None, salt: str
-) -> list[str]:
-    """The JSON pointers (list items as ``*``) a lie of ``mode`` may change in an answer shaped so."""
-    if not isinstance(structured, dict):
-        return []
-    candidates = [
-        p
-        for p in _paths(structured)
-        if _selected(p, fields) and _can_lie(mode, structured, p, _schema_at(schema, p), [])
-    ]
-    shapes = sorted({_shape(path) for path in candidates})
-    if fields == AUTO and shapes:
-        digest = hashlib.sha256(salt.encode()).digest()
-        shapes = [shapes[int.from_bytes(digest[:8], "big") % len(shapes)]]
-    return ["/" + "/".join(str(step) for step in shape) for shape in shapes]
+def touches(lie: Lie, tool: Mapping[str, Any], *, seed: int, rule_name: str) -> dict[str, list[str]]:
+    """Per mode, the fields (JSON pointers, list items as ``*``) a lie of ``lie`` may change in ``tool``'s
+    answers, from its tools/list entry's outputSchema (what ``proxy --dry-run`` shows); empty without one."""
+    schema = tool.get("outputSchema")
+    if not isinstance(schema, Mapping):
+        return {}
+    found: dict[str, list[str]] = {}
+    for mode in lie.modes:
+        shapes = schema_fields(schema, mode, lie.fields)
+        if lie.fields == AUTO and shapes:
+            shapes = [_seeded(shapes, f"{seed}:{rule_name}:{tool.get('name')}:{mode}")]
+        if shapes:
+            found[mode] = ["/" + "/".join(shape) for shape in shapes]
+    return found
+
+
+def schema_fields(
+    schema: Mapping[str, Any], mode: Mode, fields: tuple[str, ...] | Literal["auto"]
+) -> list[tuple[str, ...]]:
+    """The fields of an outputSchema (list items as ``*``) that can carry a lie of ``mode``, sorted."""
+    found: list[tuple[str, ...]] = []
+
+    def walk(node: Mapping[str, Any], shape: tuple[str, ...], in_list: bool) -> None:
+        properties = node.get("properties")
+        if not isinstance(properties, Mapping):
+            return
+        kinds = {key: _kinds(child) for key, child in properties.items() if isinstance(child, Mapping)}
+        for key, child in properties.items():
+            if not isinstance(child, Mapping):
+                continue
+            here = (*shape, key)
+            kind = kinds[key]
+            if "object" in kind:
+                walk(child, here, in_list)
+                continue
+            items = child.get("items")
+            if "array" in kind and isinstance(items, Mapping) and "object" in _kinds(items):
+                walk(items, (*here, "*"), True)
+            siblings = any(k != key and not _is_id(str(k)) and kinds[k] & kind - {"null"} for k in kinds)
+            if _selected(tuple("0" if step == "*" else step for step in here), fields) and _schema_can_lie(
+                mode, kind, child, swappable=in_list or siblings
+            ):
+                found.append(here)
+
+    walk(schema, (), False)
+    return sorted(found)
+
+
+def _kinds(schema: Mapping[str, Any]) -> set[str]:
+    declared = schema.get("type")
+    kinds = {declared} if isinstance(declared, str) else set(declared) if isinstance(declared, list) else set()
+    for branch in (*schema.get("anyOf", ()), *schema.get("oneOf", ())):
+        if isinstance(branch, Mapping):
+            kinds |= _kinds(branch)
+    return {str(kind) for kind in kinds}
+
+
+def _schema_can_lie(mode: Mode, kind: set[str], schema: Mapping[str, Any], *, swappable: bool) -> bool:
+    numeric = bool(kind & {"integer", "number"})
+    enum = len(_enum(schema)) > 1
+    if mode == "swap":
+        return swappable and "array" not in kind
+    if mode == "scale":
+        return numeric
+    if mode == "shift":
+        return numeric or enum
+    if mode in {"empty", "truncate"}:
+        return "array" in kind or ("string" in kind and not enum)
+    if mode == "stale_field":
+        return True
+    return "boolean" in kind or numeric or enum
+
+
+def _seeded(shapes: list[tuple[str, ...]], salt: str) -> tuple[str, ...]:
+    digest = hashlib.sha256(salt.encode()).digest()
+    return shapes[int.from_bytes(digest[:8], "big") % len(shapes)]
 
 
 def _structured(data: bytes) -> Any:
@@ -268,10 +336,11 @@ def _can_lie(mode: Mode, root: Any, path: Path, schema: Mapping[str, Any] | None
         return _number(value)
     if mode == "shift":
         return _number(value) or len(_enum(schema)) > 1
+    # A string of an enum has no shorter value the schema allows.
     if mode == "empty":
-        return isinstance(value, list | str) and len(value) > 0
+        return (isinstance(value, list) or (isinstance(value, str) and not _enum(schema))) and len(value) > 0
     if mode == "truncate":
-        return isinstance(value, list | str) and len(value) > 1
+        return (isinstance(value, list) or (isinstance(value, str) and not _enum(schema))) and len(value) > 1
     if mode == "stale_field":
         return any(_old_value(old, path, value) is not None for old in olds)
     # contradict
