@@ -60,9 +60,9 @@ def test_storm_faults_half_the_calls_across_five_types():
 
 def test_profile_sets_expand_in_place_and_once():
     assert expand_profile_names(None) == list(DEFAULT_PROFILES)
-    assert expand_profile_names("stress") == ["outage", "outage_1s", "outage_10s", "burst", "storm"]
+    assert expand_profile_names("stress") == ["outage", "outage_1s", "outage_10s", "burst", "storm", "lies_storm"]
     assert expand_profile_names("storm,gentle,stress")[:2] == ["storm", "baseline"]
-    assert len(expand_profile_names("gentle,stress")) == len(DEFAULT_PROFILES) + 5
+    assert len(expand_profile_names("gentle,stress")) == len(DEFAULT_PROFILES) + 6
     with pytest.raises(UsageError):
         from mcpfault.harness.bench import resolve_profile
 

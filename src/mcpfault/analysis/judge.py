@@ -34,6 +34,7 @@ from typing import Any
 
 from mcpfault.analysis.join import Touch
 from mcpfault.analysis.records import Outcome, TaskRecord
+from mcpfault.faults.catalog import CATALOG
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class TaskRun:
 # The judge's failure classes (the record's ``failure`` when the agent raised none, or when the world
 # outranks what it raised).
 WRONG_ANSWER = "wrong_answer"  # it returned an answer the ground truth contradicts
+# (a fault type may name its own class for that, when it affected the task: faults/lie.py's believed_lie)
 DUPLICATE_WRITE = "duplicate_write"  # its write was applied more than once
 WRITE_DENIED = "write_denied"  # its write was applied, but it raised or answered that it was not
 GOAL_NOT_ACHIEVED = "goal_not_achieved"  # its write never reached the server (it said so, or raised)
@@ -156,11 +158,23 @@ def classify(run: TaskRun, verdict: Verdict, touch: Touch | None) -> tuple[Outco
     if not verdict.correct:
         if verdict.applied is False and _admits_not_applied(run):
             return "failed_detected", GOAL_NOT_ACHIEVED, verdict.why, False
-        return "failed_silent", WRONG_ANSWER if verdict.applied is None else GOAL_NOT_ACHIEVED, verdict.why, False
+        if verdict.applied is None:
+            return "failed_silent", _wrong_answer_class(touch), verdict.why, False
+        return "failed_silent", GOAL_NOT_ACHIEVED, verdict.why, False
     affected = touch is not None and bool(touch.affected_types)
     if affected and touch is not None and touch.acted_after_affected:
         return "recovered", None, "", False
     return "success", None, "", affected
+
+
+def _wrong_answer_class(touch: Touch | None) -> str:
+    """``wrong_answer``, or the class a fault type that affected the task declares for it (a lie: ``believed_lie``)."""
+    for fault_type in touch.affected_types if touch is not None else ():
+        known = CATALOG.get(fault_type)
+        declared = getattr(known, "wrong_answer", None)
+        if isinstance(declared, str):
+            return declared
+    return WRONG_ANSWER
 
 
 def judge(

@@ -20,10 +20,11 @@ GENTLE_PROFILES = (
     "drift_input",
     "drift_output",
     "mixed",
+    "lies",
 )
-# Harsher than production on a bad day: a run of consecutive failures, clustered faults, p=0.5, and
-# outages that last a time (one second, ten) next to the one counted in calls.
-STRESS_PROFILES = ("outage", "outage_1s", "outage_10s", "burst", "storm")
+# Harsher than production on a bad day: a run of consecutive failures, outages that last a time (one
+# second, ten) next to the one counted in calls, clustered faults, p=0.5, and half of all reads lying.
+STRESS_PROFILES = ("outage", "outage_1s", "outage_10s", "burst", "storm", "lies_storm")
 # Faults on the server process, with the supervisor restarting it: `bench --profiles process`.
 PROCESS_PROFILES = ("crash_restart", "stall", "cpu_starve")
 PROFILE_ORDER = (*GENTLE_PROFILES, *STRESS_PROFILES, *PROCESS_PROFILES)

@@ -62,13 +62,13 @@ def add_parsers(commands: Any) -> None:
         description="Run every agent under every profile (TASKS tasks per cell, in sessions of SESSION_TASKS run "
         "JOBS at a time), judge every task, and write records.jsonl, report.md, report.html and SVG charts under "
         "--out. "
-        "With no arguments: the nine stdio profiles of the benchmark x naive, retry-only, resilient x 100 tasks.",
+        "With no arguments: the ten stdio profiles of the benchmark x naive, retry-only, resilient x 100 tasks.",
     )
     bench.add_argument(
         "--profiles",
-        help="comma-separated bundled names or .toml paths; 'gentle' for the nine stdio profiles of the "
-        "benchmark (the default), 'stress' for outage, outage_1s, outage_10s, burst and storm, 'process' for "
-        "crash_restart, stall and cpu_starve",
+        help="comma-separated bundled names or .toml paths; 'gentle' for the ten stdio profiles of the "
+        "benchmark (the default), 'stress' for outage, outage_1s, outage_10s, burst, storm and lies_storm, "
+        "'process' for crash_restart, stall and cpu_starve",
     )
     bench.add_argument(
         "--agents",

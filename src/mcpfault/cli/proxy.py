@@ -240,6 +240,14 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
         acting = [m.rule.name for m in report.rules if name in m.tools]
         tools.add_row(name, str(annotations.get("readOnlyHint", "-")).lower(), ", ".join(acting) or "-")
     console.print(tools)
+    if any(found.fields for found in report.rules):
+        fields = Table(title="fields each rule may change", title_justify="left")
+        for column in ("rule", "tool", "fields by mode"):
+            fields.add_column(column)
+        for found in report.rules:
+            for tool_name, by_mode in found.fields:
+                fields.add_row(found.rule.name, tool_name, by_mode)
+        console.print(fields)
     if (inventory.resources or inventory.prompts) and all(r.methods == {"tools/call"} for r in loaded.rules):
         console.print("these rules act on tools/call only; name resources/read or prompts/get in a rule's methods")
     for idle in report.idle:

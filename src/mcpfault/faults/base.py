@@ -347,6 +347,9 @@ class FaultBase:
     follows: ClassVar[frozenset[str]] = frozenset()
     effect: ClassVar[Effect] = "always"
     needs_tools: ClassVar[bool] = False
+    # The failure class the judge gives a wrong answer when this fault affected the task (a lie the agent
+    # believed: ``believed_lie``); None: the judge's own (``wrong_answer``).
+    wrong_answer: ClassVar[str | None] = None
 
     def methods_allowed(self) -> frozenset[str]:
         return self.targets

@@ -15,6 +15,7 @@ from mcpfault.faults.http_session_expired import SessionExpired
 from mcpfault.faults.http_status import HttpStatus
 from mcpfault.faults.http_stream_cut import StreamCut
 from mcpfault.faults.latency import Latency
+from mcpfault.faults.lie import Lie
 from mcpfault.faults.malformed import Malformed
 from mcpfault.faults.notification import Notification
 from mcpfault.faults.oom_kill import OomKill
@@ -73,5 +74,6 @@ for _fault_type in (
     Stall,
     CpuStarve,
     OomKill,
+    Lie,
 ):
     CATALOG.register(_fault_type)

@@ -162,6 +162,7 @@ def render_markdown(
     account) give the process-fault table, left out without them; ``sessions_dir`` (a bench's session
     directories) which rule fired how often in each cell (harness/exposure.py)."""
     from mcpfault.harness.exposure import exposure_section
+    from mcpfault.harness.lies import lies_section
 
     sections = [
         _header(summary, meta),
@@ -172,6 +173,7 @@ def render_markdown(
         _coping_section(summary),
         _counts_section(summary, meta),
         exposure_section(records, sessions_dir),
+        lies_section(records),
         _models_section(summary),
         _cost_section(summary),
         _recovery_section(summary),

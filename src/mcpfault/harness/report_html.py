@@ -323,7 +323,7 @@ def _outcome_section(summary: Summary) -> str:
     if gentle:
         parts.append(_outcome_table(gentle, trials, "outcome-table", "Profiles"))
     if stress:
-        parts.append("<h3>Stress profiles: an outage, bursts, a storm</h3>")
+        parts.append("<h3>Stress profiles: an outage, bursts, a storm, a storm of lies</h3>")
         parts.append(_outcome_table(stress, trials, "stress-table", "Stress profiles"))
     parts.append("</section>")
     return "".join(parts)

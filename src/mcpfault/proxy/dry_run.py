@@ -38,6 +38,9 @@ class RuleMatch:
     rule: Rule
     tools: tuple[str, ...] = ()
     why_none: str = ""  # when ``tools`` is empty: why the rule can never fire here
+    # For a fault that says which result fields it changes (its ``touches``, e.g. a lie): per tool,
+    # "mode: /pointer, ..." from the tool's outputSchema.
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +127,22 @@ def match(profile: Profile, inventory: Inventory, transport: str = STDIO) -> Dry
             else:
                 wanted = "readOnlyHint true" if rule.read_only else "no readOnlyHint true"
                 why = f"read_only = {str(rule.read_only).lower()}: none of {', '.join(by_glob)} has {wanted}"
-        found.append(RuleMatch(rule, tools + others, why))
+        found.append(RuleMatch(rule, tools + others, why, _fields(rule, profile.seed, inventory, tools)))
     return DryRun(inventory, tuple(found))
+
+
+def _fields(rule: Rule, seed: int, inventory: Inventory, tools: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(tool, "mode: /field, ...; mode: ...") for each tool the rule acts on whose fields its fault names."""
+    touches = getattr(rule.fault, "touches", None)
+    if not callable(touches):
+        return ()
+    listed = {str(t.get("name")): t for t in inventory.tools}
+    found = []
+    for name in tools:
+        by_mode = touches(listed[name], seed=seed, rule_name=rule.name)
+        if by_mode:
+            found.append((name, "; ".join(f"{mode}: {', '.join(fields)}" for mode, fields in by_mode.items())))
+    return tuple(found)
 
 
 def _other_targets(rule: Rule, inventory: Inventory) -> tuple[str, ...]:

@@ -74,6 +74,7 @@ EVENT_DROP: Final = "mcpfault.drop"
 EVENT_CORRUPT: Final = "mcpfault.corrupt"
 EVENT_STALE_HIT: Final = "mcpfault.stale_hit"
 EVENT_DRIFT: Final = "mcpfault.drift"
+EVENT_LIE: Final = "mcpfault.lie"  # one field of an answer made plausibly wrong (faults/lie.py)
 EVENT_ERROR: Final = "mcpfault.error"  # the proxy answered with an error in the server's place
 EVENT_HTTP_STATUS: Final = "mcpfault.http_status"
 EVENT_RESET: Final = "mcpfault.reset"
