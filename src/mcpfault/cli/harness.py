@@ -445,7 +445,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from mcpfault.analysis.records import row_name, write_records
+    from mcpfault.analysis.records import write_records
     from mcpfault.analysis.server import write_accounts
     from mcpfault.analysis.summary import summarize
     from mcpfault.harness.bench import (
@@ -455,6 +455,7 @@ def _bench(args: argparse.Namespace) -> int:
         bench_warnings,
         expand_profile_names,
         fixed_profiles,
+        matrix_rows,
         parse_shard,
         parse_transports,
         plan_sessions,
@@ -508,8 +509,7 @@ def _bench(args: argparse.Namespace) -> int:
     out = _output_dir(args.out, "bench")
     config = dataclasses.replace(config, out_dir=out)
     plans = plan_sessions(config, world)
-    # The report's rows in the order --profiles gave them (plans follow it), not the default order.
-    rows_in_order = tuple(dict.fromkeys(row_name(p.profile_name, p.transport) for p in plans))
+    rows_in_order = matrix_rows(config)  # the order --profiles gave (the plans run slowest first)
     _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), llm)
     console = _console()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")

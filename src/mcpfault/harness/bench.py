@@ -250,6 +250,13 @@ def parse_transports(option: str) -> tuple[str, ...]:
     return (option,)
 
 
+def matrix_rows(config: BenchConfig) -> tuple[str, ...]:
+    """The report's rows in the order --profiles gave them (sessions run slowest first, not in this order)."""
+    from mcpfault.analysis.records import row_name
+
+    return tuple(dict.fromkeys(row_name(profiles.load(p).name, t) for t, p in _transport_profiles(config)))
+
+
 def _transport_profiles(config: BenchConfig) -> list[tuple[str, Path]]:
     """(transport, profile) for every row of the matrix: each profile per transport, the HTTP-only ones
     over HTTP alone (behind the stdio proxy their rules never fire)."""
