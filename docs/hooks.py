@@ -1,7 +1,7 @@
-"""MkDocs hook: the command reference and the fault-type reference, generated at build time.
+"""MkDocs hook: the home page, the command reference and the fault-type reference, generated at build time.
 
-Both pages are built from the code they describe (the argparse parsers and the fault catalog), so they
-cannot drift from it. ``mkdocs.yml`` names this file under ``hooks``; ``exclude_docs`` keeps it out of
+Each is built from what it shows (the README, the argparse parsers and the fault catalog), so it cannot
+drift from it. ``mkdocs.yml`` names this file under ``hooks``; ``exclude_docs`` keeps it out of
 the site itself. The page texts come from :func:`commands_page` and :func:`faults_page`, which the
 tests call directly too.
 """
@@ -18,18 +18,30 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
+HOME_PAGE = "index.md"
 COMMANDS_PAGE = "reference/commands.md"
 FAULTS_PAGE = "reference/faults.md"
 _HELP_WIDTH = "100"  # argparse wraps its help at $COLUMNS: fixed, so a build does not depend on the terminal
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """Add the two generated pages to the site (MkDocs 1.6's ``File.generated``)."""
+    """Add the generated pages to the site (MkDocs 1.6's ``File.generated``)."""
     from mkdocs.structure.files import File
 
+    files.append(File.generated(config, HOME_PAGE, content=home_page()))
     files.append(File.generated(config, COMMANDS_PAGE, content=commands_page()))
     files.append(File.generated(config, FAULTS_PAGE, content=faults_page()))
     return files
+
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "README.md")
+
+
+def home_page() -> str:
+    """The README, its links into ``docs/`` made relative to the site's root: the front door, once."""
+    with open(README, encoding="utf-8") as readme:
+        text = readme.read()
+    return re.sub(r"\]\(docs/", "](", text)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:

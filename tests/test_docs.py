@@ -32,6 +32,7 @@ def _site_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+    shutil.copy(ROOT / "README.md", copy / "README.md")  # the home page is generated from it
     return copy
 
 
@@ -91,3 +92,11 @@ def test_the_readmes_relative_links_point_at_files_that_exist() -> None:
     assert local, "the README links to no page of its own"
     missing = [target for target in local if not (ROOT / target).exists()]
     assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def test_the_home_page_is_the_readme_with_its_links_into_the_site() -> None:
+    page = _hooks().home_page()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert page.splitlines()[0] == readme.splitlines()[0] == "# mcpfault"
+    assert "](docs/" in readme and "](docs/" not in page
+    assert page.count("](tutorials/your-agent.md)") == readme.count("](docs/tutorials/your-agent.md)") >= 1
