@@ -1,5 +1,5 @@
 """mcpfault.api: the Proxy context manager (stdio and HTTP) and Control, against the real proxy, the
-bundled mock and the SDK client in both eras; the README's example run as is."""
+bundled mock and the SDK client in both eras; the API reference's example run as is."""
 
 from __future__ import annotations
 
@@ -138,7 +138,8 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
 
 def test_the_readme_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The example of the Python API's reference page (once the README's), run as the page shows it."""
+    readme = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
     section = readme.split("## Python API, Chaos Toolkit, pytest", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     script = tmp_path / "example.py"

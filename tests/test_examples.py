@@ -1,4 +1,4 @@
-"""The README's Streamable HTTP example runs as the README shows, with the faults it shows."""
+"""The Streamable HTTP reference's example (docs/reference/http.md) runs as the page shows, with the faults it shows."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_the_readme_http_example(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     counts = {line[4:]: int(line[:3]) for line in result.stdout.splitlines()}
     assert sum(counts.values()) == 20
-    # What the README shows, from the same seed and the same sequential client.
+    # What the page shows, from the same seed and the same sequential client.
     assert counts == {
         "MCPError: Server returned an error response": 7,
         "MCPError: SSE stream ended without a response": 7,

@@ -1,4 +1,4 @@
-"""Every ``OTEL_*`` variable the README's table lists, one test each: honoured as the specification
+"""Every ``OTEL_*`` variable the observability reference (docs/reference/observability.md) lists, one test each: honoured as the specification
 says, or refused out loud at start. Real receivers (tests/otlp_support.py), the real proxy process."""
 
 from __future__ import annotations
