@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # real sidecars, bpftrace attaching for seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, str(ROOT / "tests" / "servers" / "unsafe_server.py")]
-NO_FAULTS = 'name = "none"\n'
+NO_FAULTS = 'name = "none"\nfaults = []  # none on purpose: an empty profile without it is warned of\n'
 
 
 class World:

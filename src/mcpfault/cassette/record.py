@@ -86,8 +86,17 @@ class Recorder:
         }
 
     def save(self, path: Path) -> None:
+        """Write the cassette; a session the client sent nothing in leaves an existing one as it was.
+
+        Behind ``record --listen`` the HTTP proxy may start one recorder per protocol era, all writing
+        the same file: the one that saw no request must not replace the one that did.
+        """
         with self._lock:
-            write(path, self.header(), list(self.entries))
+            entries = list(self.entries)
+            if path.exists() and not any(entry.direction == "client" for entry in entries):
+                print(f"mcpfault record: this session sent no request; {path} is kept as it was", file=sys.stderr)
+                return
+            write(path, self.header(), entries)
 
 
 def _pump(source: IO[bytes], sink: IO[bytes], recorder: Recorder, direction: Direction) -> None:

@@ -467,11 +467,14 @@ class StdioProxy:
     # -- the event loop side ----------------------------------------------------------------------
 
     def _schedule(self, emit: Emit) -> None:
-        self._tg.start_soon(self._deliver_later, emit)
+        # Registered now, not when the task first runs: a server that exits in between would otherwise
+        # leave the answer neither held for _finish nor delivered.
+        scope = anyio.CancelScope()
+        self._delayed[id(emit)] = (emit, scope)
+        self._tg.start_soon(self._deliver_later, emit, scope)
 
-    async def _deliver_later(self, emit: Emit) -> None:
-        with anyio.CancelScope() as scope:
-            self._delayed[id(emit)] = (emit, scope)
+    async def _deliver_later(self, emit: Emit, scope: anyio.CancelScope) -> None:
+        with scope:  # cancelled by _finish, which then delivers the answer itself
             try:
                 await anyio.sleep(emit.delay_s)
             finally:
