@@ -290,8 +290,9 @@ def _silent_section(records: Sequence[TaskRecord]) -> str:
     return (
         '<section id="silent" class="callout bad">'
         f"<h2>{len(silent)} silent failure{'s' if len(silent) != 1 else ''}</h2>"
-        "<p>Tasks that ended with a wrong answer or wrong state on the server while the agent reported success: "
-        f"what no error log shows. By cell: {by_cell}.</p>"
+        "<p>Tasks that ended with a wrong answer, or with wrong state on the server that the agent did not "
+        "report (a duplicate, a write it said had failed): what no error log shows. "
+        f"By cell: {by_cell}.</p>"
         f'<p><button type="button" data-filter-outcome="failed_silent">List them all below</button></p>'
         f"<ol>{listed}</ol>{more}</section>"
     )
