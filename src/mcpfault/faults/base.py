@@ -382,3 +382,15 @@ def load_object(data: bytes) -> dict[str, Any] | None:
 
 def encode(message: Mapping[str, Any]) -> bytes:
     return jsonrpc.encode(dict(message))
+
+
+def rewrite_text_json(result: dict[str, Any], structured: Any) -> None:
+    """Servers echo structuredContent as JSON text; keep the two in agreement, as a real bug would
+    (for the faults that change an answer's structured content: malformed, lie)."""
+    for item in result.get("content") or []:
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            try:
+                json.loads(item["text"])
+            except ValueError:
+                continue
+            item["text"] = json.dumps(structured)

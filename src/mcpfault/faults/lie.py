@@ -40,8 +40,8 @@ from mcpfault.faults.base import (
     PlanContext,
     encode,
     load_object,
+    rewrite_text_json,
 )
-from mcpfault.faults.malformed import _rewrite_text_json as rewrite_text_json
 from mcpfault.faults.settings import bounded
 from mcpfault.telemetry import names
 

@@ -20,6 +20,7 @@ from mcpfault.faults.base import (
     PlanContext,
     encode,
     load_object,
+    rewrite_text_json,
 )
 from mcpfault.telemetry import names
 
@@ -99,7 +100,7 @@ def _wrong_type(data: bytes, where: float) -> Delivery:
     if isinstance(structured, dict | list) and _leaves(structured):
         mutated, path = _mutate_leaf(structured, where)
         result["structuredContent"] = mutated
-        _rewrite_text_json(result, mutated)
+        rewrite_text_json(result, mutated)
         keys = [step for step in path if isinstance(step, str)]
         fields: tuple[str, ...] = (keys[-1],) if keys else ()
     elif listed := next((key for key in _LISTS if isinstance(result.get(key), list)), None):
@@ -147,17 +148,6 @@ def _other_type(value: Any) -> Any:
     if value is None:
         return 0
     return str(value)
-
-
-def _rewrite_text_json(result: dict[str, Any], structured: Any) -> None:
-    """Servers echo structuredContent as JSON text; keep the two in agreement, as a real bug would."""
-    for item in result.get("content") or []:
-        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
-            try:
-                json.loads(item["text"])
-            except ValueError:
-                continue
-            item["text"] = json.dumps(structured)
 
 
 _CORRUPTIONS: dict[str, Callable[[bytes, float], bytes]] = {
