@@ -471,6 +471,7 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
         detail=detail,
         attempts=sent,
         calls=agent.stats.calls,
+        verify_reads=agent.stats.verify_reads,
     )
 
 
