@@ -49,7 +49,7 @@ from mcpfault.errors import (
     UsageError,
 )
 from mcpfault.harness.agents import schema, verify
-from mcpfault.harness.agents.tasks import TaskSpec
+from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec
 from mcpfault.harness.client import StdioClient
 from mcpfault.protocol import jsonrpc
 
@@ -388,10 +388,11 @@ class Resilient(RetryOnly):
         return self._tries.get(verify.call_key(tool, self._renamed_args(tool, args)), 0)
 
     async def _verified(self, tool: str, args: Mapping[str, Any], result: Any) -> Any:
-        """``result``, once every second source that says the same values agrees with it; after a
+        """``result``, once every second source that says the values the task reads agrees with it; after a
         disagreement both are read again (the call as its next attempt: the agent acted), and when they
         still disagree after ``verify_rounds`` the answer is refused (Inconsistent)."""
-        checks = verify.checks_for(tool)
+        reads = FIELDS_READ.get(self.task.workflow, {}).get(tool, frozenset()) if self.task is not None else None
+        checks = verify.checks_for(tool, reads)
         for round_ in range(self.verify_rounds + 1):
             problems: list[str] = []
             for check in checks if isinstance(result, dict) else ():

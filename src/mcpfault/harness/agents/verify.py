@@ -52,6 +52,9 @@ class Check:
     source: Callable[[Mapping[str, Any], Mapping[str, Any]], Source | None]
     # What disagrees, in words; empty when the two agree.
     compare: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]]
+    # The answer's fields it vouches for: a check runs only when the task reads one of them (a value
+    # the answer does not depend on is not worth a read, nor a refusal when it is wrong).
+    fields: frozenset[str]
 
 
 def _site_of_listing(arguments: Mapping[str, Any], answer: Mapping[str, Any]) -> Source | None:
@@ -152,16 +155,19 @@ def _metrics_against_status(metrics: Mapping[str, Any], status: Mapping[str, Any
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("list_devices", _site_of_listing, _listing_against_site),
-    Check("get_device_status", _listing_of_device, _status_against_listing),
-    Check("get_device_status", _site_of_device, _maintenance_against_site),
-    Check("get_device_status", _config_of_device, _maintenance_against_config),
-    Check("get_interface_metrics", _status_of_metrics, _metrics_against_status),
+    Check("list_devices", _site_of_listing, _listing_against_site, frozenset({"devices", "device_id", "status"})),
+    Check("get_device_status", _listing_of_device, _status_against_listing, frozenset({"status"})),
+    Check("get_device_status", _site_of_device, _maintenance_against_site, frozenset({"maintenance", "enabled"})),
+    Check("get_device_status", _config_of_device, _maintenance_against_config, frozenset({"maintenance", "reason"})),
+    Check(
+        "get_interface_metrics", _status_of_metrics, _metrics_against_status, frozenset({"interfaces", "oper_status"})
+    ),
 )
 
 
-def checks_for(tool: str) -> list[Check]:
-    return [check for check in CHECKS if check.tool == tool]
+def checks_for(tool: str, reads: frozenset[str] | None = None) -> list[Check]:
+    """The checks of ``tool``'s answers; with ``reads`` (the fields the task reads), those that vouch for one."""
+    return [c for c in CHECKS if c.tool == tool and (reads is None or c.fields & reads)]
 
 
 def call_key(tool: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
