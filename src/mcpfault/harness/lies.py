@@ -13,7 +13,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.summary import AGENT_ORDER
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.lie import BELIEVED_LIE
-from mcpfault.harness.agents.policies import AGENT_NAMES
+from mcpfault.harness.agents.policies import AGENT_NAMES, disabled_mechanisms
 from mcpfault.harness.report import md, md_table
 
 LYING_TYPES = frozenset(fault.type_name for fault in CATALOG if getattr(fault, "wrong_answer", None) == BELIEVED_LIE)
@@ -52,7 +52,9 @@ def agent_lies(records: Iterable[TaskRecord]) -> list[AgentLies]:
             noticed=sum(r.outcome == "failed_detected" for r in by_agent[agent]),
             cross_checked=sum(r.outcome == "recovered" for r in by_agent[agent]),
             absorbed=sum(r.outcome == "success" for r in by_agent[agent]),
-            verify_reads_per_task=sum(reads[agent]) / len(reads[agent]) if agent in AGENT_NAMES else None,
+            verify_reads_per_task=sum(reads[agent]) / len(reads[agent])
+            if agent in AGENT_NAMES or disabled_mechanisms(agent)
+            else None,
         )
         for agent in order
     ]

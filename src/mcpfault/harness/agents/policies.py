@@ -651,6 +651,14 @@ class Resilient(RetryOnly):
 AGENT_NAMES = ("naive", "retry-only", "resilient", *(f"resilient-no-{m}" for m in MECHANISMS))
 
 
+def disabled_mechanisms(name: str) -> frozenset[str] | None:
+    """The mechanisms ``resilient-no-a[-no-b...]`` switches off, or None when ``name`` is no such ablation."""
+    if not name.startswith("resilient-no-"):
+        return None
+    parts = name.removeprefix("resilient-no-").split("-no-")
+    return frozenset(parts) if all(part in MECHANISMS for part in parts) else None
+
+
 def make_agent(
     name: str, client: StdioClient, rng: random.Random, task_deadline_s: float = DEFAULT_TASK_DEADLINE_S
 ) -> Agent:
@@ -660,12 +668,17 @@ def make_agent(
         return RetryOnly(client, rng, task_deadline_s=task_deadline_s)
     if name == "resilient":
         return Resilient(client, rng, task_deadline_s=task_deadline_s)
-    if name.startswith("resilient-no-") and name.removeprefix("resilient-no-") in MECHANISMS:
-        return Resilient(client, rng, frozenset({name.removeprefix("resilient-no-")}), task_deadline_s=task_deadline_s)
-    raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+    disabled = disabled_mechanisms(name)
+    if disabled:
+        return Resilient(client, rng, disabled, task_deadline_s=task_deadline_s)
+    raise UsageError(
+        f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
+    )
 
 
 def check_agent_name(name: str) -> str:
-    if name not in AGENT_NAMES:
-        raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+    if name not in AGENT_NAMES and not disabled_mechanisms(name):
+        raise UsageError(
+            f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
+        )
     return name
