@@ -57,7 +57,7 @@ MAX_DURATION_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class PlanProblem:
     file: str
     where: str  # e.g. method[1].duration_s
     message: str
@@ -67,13 +67,13 @@ class Problem:
 
 
 class ExperimentError(ProblemsError):
-    """An experiment file failed validation; ``problems`` holds every Problem found."""
+    """An experiment file failed validation; ``problems`` holds every PlanProblem found."""
 
     kind = "experiment"
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[PlanProblem]) -> None:
         super().__init__(problems)
-        self.problems: list[Problem] = problems
+        self.problems: list[PlanProblem] = problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,19 +224,19 @@ def load(path: str | Path) -> Plan:
         where = str(path) if path.is_absolute() else f"{path} (relative to the working directory {Path.cwd()})"
         known = ", ".join(bundled()) or "none bundled"
         raise ExperimentError(
-            [Problem(str(path), "file", f"{where} does not exist; give a path, or a bundled name: {known}")]
+            [PlanProblem(str(path), "file", f"{where} does not exist; give a path, or a bundled name: {known}")]
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError([Problem(str(path), "file", f"cannot be read: {exc}")]) from None
+        raise ExperimentError([PlanProblem(str(path), "file", f"cannot be read: {exc}")]) from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ExperimentError([Problem(str(path), "toml", f"is not valid TOML: {exc}")]) from None
+        raise ExperimentError([PlanProblem(str(path), "toml", f"is not valid TOML: {exc}")]) from None
     return from_mapping(document, str(path))
 
 
 def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
-    problems: list[Problem] = []
+    problems: list[PlanProblem] = []
     reader = _Reader(source, problems)
     for key in document:
         if key not in TOP_KEYS:
@@ -286,14 +286,14 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
 
 
 class _Reader:
-    """Typed reads of TOML values; each bad one becomes a Problem, never an exception."""
+    """Typed reads of TOML values; each bad one becomes a PlanProblem, never an exception."""
 
-    def __init__(self, source: str, problems: list[Problem]) -> None:
+    def __init__(self, source: str, problems: list[PlanProblem]) -> None:
         self.source = source
         self.problems = problems
 
     def report(self, where: str, message: str) -> None:
-        self.problems.append(Problem(self.source, where, message))
+        self.problems.append(PlanProblem(self.source, where, message))
 
     def tables(self, document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
         raw = document.get(key, [])

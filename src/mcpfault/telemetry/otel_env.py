@@ -157,10 +157,6 @@ class OtelSettings:
     propagate: bool = True  # False for OTEL_PROPAGATORS=none
     ignored: tuple[tuple[str, str], ...] = ()  # (variable, why) set in the environment but not read
 
-    @property
-    def endpoint_given(self) -> bool:
-        return self.export is not None
-
 
 def read(otlp_endpoint: str | None = None, environ: Mapping[str, str] | None = None) -> OtelSettings:
     """The settings from ``environ`` (default ``os.environ``) and an explicit endpoint (``--otlp-endpoint``,
