@@ -1,5 +1,5 @@
-"""Who can reach what mcpfault listens on: the one ``HOST:PORT`` parser, the loopback check, and the
-refusal to listen beyond loopback without a token.
+"""Addresses: the one ``HOST:PORT`` parser, the one http(s) URL check (credentials kept out of its
+messages), the loopback check, and the refusal to listen beyond loopback without a token.
 
 Every listener (the HTTP proxy's MCP endpoint, /metrics, the control API) asks these two, so they
 agree on what loopback is: ``localhost`` in any case, 127.0.0.0/8, ``::1`` and an IPv4-mapped
@@ -11,8 +11,35 @@ A leaf module (it imports only ``mcpfault.errors``): any layer may use it.
 from __future__ import annotations
 
 import ipaddress
+import re
+from urllib.parse import SplitResult, urlsplit
 
 from mcpfault.errors import UsageError
+
+_USERINFO = re.compile(r"//[^/@]*@")  # credentials in a URL
+
+
+def hide_credentials(text: str) -> str:
+    """``text`` with the credentials of any URL in it (``//user:pass@``) replaced by ``//***@``."""
+    return _USERINFO.sub("//***@", text)
+
+
+class UrlError(UsageError, ValueError):
+    """A value that is no http(s) URL with a host. A ``ValueError`` too, for callers that validate values."""
+
+
+def check_http_url(value: str, what: str, give: str) -> SplitResult:
+    """``value`` split, when it is an http(s) URL with a host and a valid port; else ``UrlError`` naming
+    ``what`` and saying what to ``give`` (never the URL's credentials)."""
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unclosed IPv6 bracket, a bad port
+        valid = False
+    if not valid:
+        raise UrlError(f"{what} {hide_credentials(value)!r} is not an http(s) URL with a host; give {give}")
+    return parts
 
 
 class AddressError(UsageError, ValueError):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpfault.errors import ProblemsError, ProfileError
+from mcpfault.loopback import UrlError, check_http_url
 
 PROBES = ("metric", "promql", "http", "command")
 # The proxy's own figures over a trailing window (from its events); the task ones judge driven load.
@@ -358,8 +359,11 @@ def _target(reader: _Reader, raw: Any) -> Target:
         reader.report(
             "target", "an HTTP target needs both listen (where clients connect) and url (the server's endpoint)"
         )
-    if url is not None and not url.startswith(("http://", "https://")):
-        reader.report("target.url", f"{url!r} is not an http(s) URL, e.g. http://127.0.0.1:3000/mcp")
+    if url is not None:
+        try:
+            check_http_url(url, "target.url", "e.g. http://127.0.0.1:3000/mcp")
+        except UrlError as exc:
+            reader.report("target.url", str(exc).removeprefix("target.url "))
     return Target(command, listen, url)
 
 

@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.control.client import ApiError, Control, Unreachable
+from mcpfault.errors import MCPFaultError
 from mcpfault.experiments import probes
 from mcpfault.experiments.journal import ExperimentJournal
 from mcpfault.experiments.plan import Action, Plan, ProbeSpec, profile_text
@@ -81,7 +82,7 @@ class Outcome:
     load_error: str | None = None
 
 
-class Failed(Exception):
+class Failed(MCPFaultError):
     """Something the experiment needs could not start or answer."""
 
 

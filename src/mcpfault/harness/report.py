@@ -111,7 +111,7 @@ class ReportMeta:
     trials: int = 1  # bench --trials K
     profile_order: tuple[str, ...] = ()  # the report's rows in the order bench --profiles gave them
     task_deadline_s: float | None = None  # bench --task-deadline-s (None: a report merged from older runs)
-    warnings: tuple[str, ...] = ()  # the guardrails' (faults.guardrails): where timing, not agents, may decide
+    warnings: tuple[str, ...] = ()  # faults.profile_warnings: where a profile may not do what it was meant to
     seeds: int = 1  # bench --seeds N: the matrix under seed .. seed+N-1
     fixed_profiles: tuple[str, ...] = ()  # profiles with nothing random (Profile.is_fixed): no interval
 
@@ -272,8 +272,9 @@ def _broken_banner(meta: ReportMeta) -> list[str]:
 
 def _warnings_banner(meta: ReportMeta) -> list[str]:
     return [
-        f"> **Warning: {len(meta.warnings)} timing hazard(s) in the profiles** (the same the bench printed, and "
-        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents.",
+        f"> **Warning: {len(meta.warnings)} warning(s) about the profiles** (the same the bench printed, and "
+        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents, "
+        "or a rule that never fires.",
         ">",
         *(f"> - {md(warning)}" for warning in meta.warnings),
     ]

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.telemetry.logging import REDACTED, is_secret_key, redact_text
 from mcpfault.telemetry.otel_env import redact_userinfo
 
@@ -63,7 +64,7 @@ BUCKET_AMBIENT = "ambient"
 _CONTROL_OPS = ("scope", "mark", "shutdown")
 
 
-class ControlLineError(ValueError):
+class ControlLineError(MCPFaultError, ValueError):
     """A control line the sidecar cannot act on; answered with a ``parse_error`` status."""
 
 

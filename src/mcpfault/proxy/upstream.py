@@ -22,12 +22,14 @@ import httptools
 from multidict import CIMultiDict
 from yarl import URL
 
+from mcpfault.errors import MCPFaultError
+
 # Pause reading from the server above this many unread bytes; resume below the low mark.
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 
 
-class UpstreamBroke(ConnectionError):
+class UpstreamBroke(MCPFaultError, ConnectionError):
     """The connection to the server ended before its answer did."""
 
 

@@ -17,13 +17,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
-from mcpfault.loopback import parse_host_port, require_token_beyond_loopback
+from mcpfault.loopback import check_http_url, parse_host_port, require_token_beyond_loopback
 from mcpfault.telemetry import names
 from mcpfault.telemetry.tallies import CounterChild, HistogramChild, Tallies
 
@@ -300,11 +299,7 @@ class HarnessMetrics(_Metrics):
         Raises ``ValueError`` for a URL that is not http(s) and ``OSError`` (``URLError``) when the
         gateway cannot be reached or refuses the push.
         """
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"Pushgateway URL {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:9091"
-            )
+        check_http_url(url, "Pushgateway URL", "e.g. http://127.0.0.1:9091")
         push_to_gateway(url, job=job, registry=self.registry, grouping_key=dict(grouping or {}), timeout=timeout_s)
 
 
