@@ -356,6 +356,8 @@ def render_charts(summary: Summary) -> dict[str, str]:
 RELIABILITY_CHART = "reliability.svg"
 LINE_PLOT_H = 260.0
 LINE_STEP_W = 200.0  # between two intensities on the x axis
+LINE_DODGE = 6.0  # between two agents' points at one intensity
+LINE_LABEL_GAP = 15.0  # the least vertical distance between two lines' end labels
 
 
 def reliability_chart(points: Sequence[ReliabilityPoint]) -> str:
@@ -365,18 +367,20 @@ def reliability_chart(points: Sequence[ReliabilityPoint]) -> str:
     colours = {agent: AGENT_COLOURS[i % len(AGENT_COLOURS)] for i, agent in enumerate(agents)}
     ks = sorted({p.k for p in points})
     k_text = f"k = {ks[0]}" if len(ks) == 1 else f"k = {ks[0]}..{ks[-1]} (the fewest runs of a task per point)"
-    legend_w = MARGIN + 60 + LINE_STEP_W * max(len(intensities) - 1, 1) + MARGIN
     end_labels = {a: f"{a} {_pass_label(_last(points, a))}" for a in agents}
-    width = legend_w + max(map(_text_w, end_labels.values()), default=0) + 14 + MARGIN
-    placed, legend_bottom = _legend([(a, colours[a]) for a in agents], width)
-    top = legend_bottom + 20
     left = MARGIN + 44
-    bottom = top + LINE_PLOT_H
     step = LINE_STEP_W if len(intensities) > 1 else 0.0
     first_x = left + (30.0 if len(intensities) > 1 else LINE_STEP_W / 2)
+    label_x = first_x + step * max(len(intensities) - 1, 0) + LINE_DODGE * len(agents) / 2 + 12
+    width = label_x + 20 + max(map(_text_w, end_labels.values()), default=0) + MARGIN
+    placed, legend_bottom = _legend([(a, colours[a]) for a in agents], width)
+    top = legend_bottom + 20
+    bottom = top + LINE_PLOT_H
 
-    def x_of(intensity: str) -> float:
-        return first_x + step * intensities.index(intensity)
+    def x_of(intensity: str, agent: str | None = None) -> float:
+        # Each agent's points sit a little apart, so equal lines and their whiskers stay distinguishable.
+        dodge = 0.0 if agent is None else LINE_DODGE * (agents.index(agent) - (len(agents) - 1) / 2)
+        return first_x + step * intensities.index(intensity) + dodge
 
     def y_of(share: float) -> float:
         return bottom - LINE_PLOT_H * share
@@ -398,13 +402,14 @@ def reliability_chart(points: Sequence[ReliabilityPoint]) -> str:
         line = [p for p in points if p.agent == agent]
         colour = colours[agent]
         path = "".join(
-            f"{'M' if i == 0 else 'L'}{_num(x_of(p.intensity))} {_num(y_of(p.pass_k))}" for i, p in enumerate(line)
+            f"{'M' if i == 0 else 'L'}{_num(x_of(p.intensity, agent))} {_num(y_of(p.pass_k))}"
+            for i, p in enumerate(line)
         )
         tip = f"{agent}: " + "; ".join(f"{p.intensity} {_pass_label(p)}" for p in line)
         attrs: Attrs = {"class": "line", "d": path, "stroke": colour, "stroke-width": 2.5, "fill": "none"}
         parts.append(_el("path", attrs, f"<title>{xml(tip)}</title>"))
         for p in line:
-            x, (low, high) = x_of(p.intensity), p.pass_k_interval
+            x, (low, high) = x_of(p.intensity, agent), p.pass_k_interval
             whisker = f"M{_num(x)} {_num(y_of(low))}V{_num(y_of(high))}"
             whisker += f"M{_num(x - 4)} {_num(y_of(low))}H{_num(x + 4)}M{_num(x - 4)} {_num(y_of(high))}H{_num(x + 4)}"
             point_tip = f"{agent} / {p.intensity}: {_pass_label(p)}"
@@ -418,14 +423,29 @@ def reliability_chart(points: Sequence[ReliabilityPoint]) -> str:
                     f"<title>{xml(point_tip)}</title>",
                 )
             )
-        last = line[-1]
-        parts.append(_text(x_of(last.intensity) + 10, y_of(last.pass_k) + 4, end_labels[agent], fill="#1a1a1a"))
-    layout = _Layout(width, left, top, bottom, (), (), placed)
+    baselines = _spread_labels({a: y_of(_last(points, a).pass_k) + 4 for a in agents})
+    for agent, baseline in baselines.items():
+        swatch: Attrs = {"x1": label_x, "y1": baseline - 4, "x2": label_x + 14, "y2": baseline - 4}
+        parts.append(_el("line", {**swatch, "stroke": colours[agent], "stroke-width": 3}))
+        parts.append(_text(label_x + 20, baseline, end_labels[agent], fill="#1a1a1a"))
+    # Labels pushed below the axis (several lines at 0%) still fit: the height follows the lowest one.
+    lowest = max(baselines.values(), default=bottom)
+    layout = _Layout(width, left, top, max(bottom, lowest - 40), (), (), placed)
     desc = (
         "Lines: pass^k (tau-bench's estimator) of each agent at each profile intensity, one line per agent; "
         "the vertical whiskers are Wilson 95% intervals over the distinct tasks of the all-k-runs-correct indicator."
     )
     return _svg(layout, "mcpfault: pass^k per profile intensity and agent", desc, parts)
+
+
+def _spread_labels(baselines: Mapping[str, float]) -> dict[str, float]:
+    """The labels' baselines moved apart, top to bottom, so no two are closer than LINE_LABEL_GAP."""
+    spread: dict[str, float] = {}
+    previous = -math.inf
+    for agent, baseline in sorted(baselines.items(), key=lambda item: item[1]):
+        previous = max(baseline, previous + LINE_LABEL_GAP)
+        spread[agent] = previous
+    return spread
 
 
 def _last(points: Sequence[ReliabilityPoint], agent: str) -> ReliabilityPoint:
