@@ -123,9 +123,14 @@ def test_a_scripted_agent_has_no_cost_and_the_surface_needs_a_model():
 
 
 def test_the_chart_draws_one_line_per_agent_with_a_point_per_intensity():
+    # Per agent, the outcome of every run on the gentle profile, then on the stress one.
+    per_agent: tuple[tuple[str, tuple[Outcome, Outcome]], ...] = (
+        ("m1", ("success", "failed_silent")),
+        ("m2", ("success", "success")),
+    )
     records = [
         run(agent, profile, task, trial, outcome)
-        for agent, outcomes in (("m1", ("success", "failed_silent")), ("m2", ("success", "success")))
+        for agent, outcomes in per_agent
         for profile, outcome in zip(("error", "storm"), outcomes, strict=True)
         for task in range(2)
         for trial in range(2)
