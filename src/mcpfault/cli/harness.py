@@ -263,6 +263,7 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
     if not models:
         raise UsageError("--models: give at least one model name")
+    _check_distinct_models(models)
     hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
     price = parse_price(args.llm_price) if args.llm_price is not None else None
     variants = tuple(
@@ -281,6 +282,19 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     for variant in variants:
         check_config(variant)
     return variants
+
+
+def _check_distinct_models(models: Sequence[str]) -> None:
+    """Each model once: its records and report rows are labelled by it (``anthropic:x`` and ``x`` are one model)."""
+    from mcpfault.harness.agents.llm.backend import provider_of
+
+    seen: dict[tuple[str, str], str] = {}
+    for model in models:
+        key = provider_of(model)
+        if key in seen:
+            same = f"{seen[key]!r} and {model!r} are" if seen[key] != model else f"{model!r} is"
+            raise UsageError(f"--models: {same} the same model twice; name each model once")
+        seen[key] = model
 
 
 def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None:

@@ -163,6 +163,7 @@ def render_markdown(
     directories) which rule fired how often in each cell (harness/exposure.py)."""
     from mcpfault.harness.exposure import exposure_section
     from mcpfault.harness.lies import lies_section
+    from mcpfault.harness.reliability_report import reliability_section
 
     sections = [
         _header(summary, meta),
@@ -175,6 +176,7 @@ def render_markdown(
         exposure_section(records, sessions_dir),
         lies_section(records),
         _models_section(summary),
+        reliability_section(records),
         _cost_section(summary),
         _recovery_section(summary),
         _process_section(summary.agents, records, servers),
@@ -791,6 +793,9 @@ def write_report(
     # newline="\n" keeps the bytes identical on Windows, where text mode would write CRLF.
     for name, svg in render_charts(summary).items():
         (charts / name).write_text(svg, encoding="utf-8", newline="\n")
+    from mcpfault.harness.reliability_report import write_reliability_chart
+
+    write_reliability_chart(records, charts)
     report = out_dir / "report.md"
     if sessions_dir is None and (out_dir / "sessions").is_dir():
         sessions_dir = out_dir / "sessions"
