@@ -123,3 +123,16 @@ def test_bench_runs_the_model_matrix_beside_the_scripted_agents(tmp_path):
     assert all("input_tokens" not in r for r in rows if not r["agent"].startswith("llm-"))
     trusting_drift = [r for r in llm_rows if r["agent"] == "llm-fake-trusting" and r["profile"] == "drift_output"]
     assert any(r["outcome"] == "failed_silent" for r in trusting_drift)
+
+
+def test_the_committed_recording_still_replays(tmp_path):
+    """docs/results/llm/recording answers today's agent: a changed prompt (new hints) would miss every
+    exchange (replay_missing), and the committed report would no longer be what its command makes."""
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "replayed"
+    args = ["bench", "--profiles", "stale", "--agents", "llm", "--models", "fake-careful", "--reliability-hints"]
+    args += ["both", "--tasks", "8", "--replay", str(root / "docs/results/llm/recording"), "--out", str(out)]
+    result = mcpfault(*args)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and not [r for r in rows if r["failure"] == "replay_missing"]
