@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics;
 # then the default matrix's CPU per task (the whole process tree) and wall time.

@@ -1,6 +1,6 @@
-"""Guardrails: validate and the bench warn where a valid profile's outcome would depend on timing (a
-time window shorter than a session, or opening after it; delays near the call deadline), and the
-report repeats the warnings."""
+"""The timing warnings (faults.profile_warnings): validate and the bench warn where a valid profile's
+outcome would depend on timing (a time window shorter than a session, or opening after it; delays near
+the call deadline), and the report repeats the warnings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mcpfault.faults import profile
-from mcpfault.faults.guardrails import expected_session_s, profile_warnings
+from mcpfault.faults.profile_warnings import Timing, expected_session_s
+from mcpfault.faults.profile_warnings import warnings_of as profile_warnings
 from tests.conftest import write_profile
 
 SHORT_WINDOW = '[[faults]]\nname = "blip"\ntype = "error"\ncode = -32000\nstart_after_s = 0.0\nduration_s = 0.06\n'
@@ -22,16 +23,13 @@ CLEAR_OF_DEADLINE = '[[faults]]\nname = "slow"\ntype = "latency"\ndelay_s = 0.8\
 
 def warnings_of(tmp_path: Path, text: str, **options: float) -> list[str]:
     loaded = profile.load(write_profile(tmp_path, text))
-    return profile_warnings(
-        loaded,
-        session_tasks=int(options.get("session_tasks", 20)),
-        call_deadline_s=options.get("call_deadline_s", 0.5),
-    )
+    timing = Timing(int(options.get("session_tasks", 20)), options.get("call_deadline_s", 0.5))
+    return [str(warning) for warning in profile_warnings(loaded, timing)]
 
 
 def test_a_window_shorter_than_a_session_is_named_with_its_rule_and_what_to_do(tmp_path: Path) -> None:
     (warning,) = warnings_of(tmp_path, SHORT_WINDOW)
-    assert "rule 1 ('blip')" in warning and "duration_s = 0.06 s" in warning
+    assert "faults[0] ('blip')" in warning and "duration_s = 0.06 s" in warning
     assert "shorter than a session" in warning and "after and limit" in warning
     assert str(tmp_path / "profile.toml") in warning
 
@@ -53,7 +51,7 @@ def test_delays_within_noise_of_the_deadline_warn_and_delays_clear_of_it_do_not(
 
 def test_the_bundled_timed_outages_are_clear_of_the_hazards() -> None:
     for name in ("outage_1s", "outage_10s", "storm", "latency", "mixed"):
-        assert profile_warnings(profile.load(profile.resolve(name)), session_tasks=20, call_deadline_s=0.5) == []
+        assert profile_warnings(profile.load(profile.resolve(name)), Timing(20, 0.5)) == []
 
 
 def test_validate_warns_on_stderr_and_still_exits_0(tmp_path: Path) -> None:
@@ -63,7 +61,7 @@ def test_validate_warns_on_stderr_and_still_exits_0(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert ": ok (" in done.stdout
-    lines = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    lines = [line for line in done.stderr.splitlines() if ": warning: " in line]
     assert len(lines) == 2 and "shorter than a session" in lines[0] and "call deadline" in lines[1]
 
 
@@ -82,4 +80,4 @@ def test_the_bench_prints_the_warnings_and_its_report_repeats_them(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "mcpfault bench: warning: " in done.stderr and "shorter than a session" in done.stderr
     report = (out / "report.md").read_text()
-    assert "timing hazard(s) in the profiles" in report and "rule 1 ('blip')" in report
+    assert "warning(s) about the profiles" in report and "faults\\[0\\] ('blip')" in report  # markdown-escaped

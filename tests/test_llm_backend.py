@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from mcpfault.harness.agents.llm import fakemodel, prices, prompts, recording
-from mcpfault.harness.agents.llm.anthropic_backend import AnthropicBackend, retry_after
+from mcpfault.harness.agents.llm.anthropic_backend import AnthropicBackend
 from mcpfault.harness.agents.llm.backend import (
     ChatRequest,
     ChatResponse,
@@ -18,6 +18,7 @@ from mcpfault.harness.agents.llm.backend import (
     ModelUnavailable,
     ReplayMissing,
     parse_response,
+    retry_after,
 )
 from mcpfault.harness.agents.llm.fakemodel import FakeFault, FakeMessagesServer
 from mcpfault.harness.agents.tasks import TaskSpec

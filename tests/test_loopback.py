@@ -57,3 +57,43 @@ def test_metrics_and_the_http_proxy_agree_about_uppercase_localhost(tmp_path: Pa
     )
     assert wide.returncode == 2
     assert "--listen 0.0.0.0:0 is beyond loopback" in wide.stderr and "MCPFAULT_PROXY_TOKEN" in wide.stderr
+
+
+# ---- the one URL check and the one HOST:PORT parser ------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["ftp://h/x", "http://", "not a url", "http://[::1/x", "http://h:99999/"])
+def test_a_bad_url_is_refused_naming_where_and_what_to_give(url: str) -> None:
+    from mcpfault.loopback import UrlError, check_http_url
+
+    with pytest.raises(UrlError, match=r"^--endpoint .* is not an http\(s\) URL with a host; give e\.g\. http://x$"):
+        check_http_url(url, "--endpoint", "e.g. http://x")
+
+
+def test_credentials_never_reach_the_message() -> None:
+    from mcpfault.loopback import UrlError, check_http_url, hide_credentials
+
+    with pytest.raises(UrlError) as info:
+        check_http_url("ftp://alice:s3cret@host/", "--endpoint", "e.g. http://x")
+    assert "s3cret" not in str(info.value) and "//***@host" in str(info.value)
+    assert hide_credentials("see https://u:p@a/ and http://b/") == "see https://***@a/ and http://b/"
+    assert check_http_url(" https://u:p@h:8443/v1 ", "--x", "").port == 8443
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [("8080", ("127.0.0.1", 8080)), (":0", ("127.0.0.1", 0)), ("0.0.0.0:80", ("0.0.0.0", 80)), ("[::1]:1", ("::1", 1))],
+)
+def test_one_host_port_rule_for_every_listener(value: str, parsed: tuple[str, int]) -> None:
+    from mcpfault.loopback import parse_host_port
+
+    assert parse_host_port(value, "--listen") == parsed
+
+
+def test_a_bad_host_port_names_the_flag_and_an_example() -> None:
+    from mcpfault.loopback import AddressError, parse_host_port
+
+    with pytest.raises(
+        AddressError, match=r"--control 'nonsense' has no port; expected HOST:PORT, e\.g\. 127\.0\.0\.1:8474"
+    ):
+        parse_host_port("nonsense", "--control", "127.0.0.1:8474")

@@ -90,3 +90,15 @@ def test_a_promql_probe_asks_a_real_prometheus(tmp_path: Path) -> None:
         assert value == 1.0 and spec.tolerance.holds(value)
         missing = ProbeSpec("m", "promql", ANY, query="no_such_metric", prometheus=url)
         assert probes.measure(missing, probes.Window(0, time.time(), tmp_path / "none")) is None
+
+
+def test_requests_in_keeps_a_record_holding_a_line_separator(tmp_path: Path) -> None:
+    """orjson writes U+2028 raw inside a string; str.splitlines would cut that record in two and lose it."""
+    events = tmp_path / "events.jsonl"
+    inside = {"time": "2026-12-03T12:00:01+00:00", "request_id": 1, "tool": "echo", "detail": "a\u2028b"}
+    outside = {"time": "2026-12-03T12:00:09+00:00", "request_id": 2}
+    control = {"time": "2026-12-03T12:00:01+00:00", "event": "proxy_started"}
+    lines = [json.dumps(r, ensure_ascii=False) for r in (inside, outside, control)]
+    events.write_text("\n".join(lines) + '\n{"time": "2026-12-03T12:00:0', encoding="utf-8")  # a line being written
+    start = datetime.fromisoformat("2026-12-03T12:00:00+00:00").timestamp()
+    assert probes.requests_in(probes.Window(start, start + 5, events)) == [inside]

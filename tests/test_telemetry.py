@@ -575,7 +575,6 @@ def test_unknown_transport_is_refused() -> None:
     ("addr", "why"),
     [
         ("", "no port"),
-        ("9464", "no port"),
         ("127.0.0.1:", "no port"),
         ("127.0.0.1:http", "not a number"),
         ("127.0.0.1:-1", "not a number"),
@@ -596,7 +595,12 @@ def test_bad_metrics_addr_is_a_clear_error(addr: str, why: str) -> None:
 
 @pytest.mark.parametrize(
     ("addr", "parsed"),
-    [(":9464", ("127.0.0.1", 9464)), ("localhost:0", ("localhost", 0)), ("[::1]:9464", ("::1", 9464))],
+    [
+        (":9464", ("127.0.0.1", 9464)),
+        ("9464", ("127.0.0.1", 9464)),  # the one rule of every listener: a bare port is loopback
+        ("localhost:0", ("localhost", 0)),
+        ("[::1]:9464", ("::1", 9464)),
+    ],
 )
 def test_metrics_addr_parsing(addr: str, parsed: tuple[str, int]) -> None:
     assert parse_metrics_addr(addr) == parsed

@@ -1,13 +1,47 @@
-"""Every exception mcpfault raises on purpose.
+"""The exception tree: every exception mcpfault raises on purpose derives from ``MCPFaultError``.
+
+The base classes live here; the others live beside the code that raises them, each also a
+``ValueError``, ``LookupError``, ``RuntimeError`` or ``ConnectionError`` where callers expect one.
+``tests/test_errors.py`` fails when an exception class is defined anywhere in the package and not
+drawn here, or does not derive from ``MCPFaultError`` (only private control-flow signals, named
+``_Like`` this, are exempt).
 
 MCPFaultError
-├── ProblemsError    a document failed validation; carries every problem found
-│   ├── ProfileError     a profile
-│   └── ExperimentError  an experiment file (mcpfault.experiments.plan)
-├── UsageError       a command-line value is wrong (what, where, what to do)
-├── UpstreamError    the MCP server could not be started or reached
-└── CallError        one request failed (timeout, protocol error, tool error, malformed, ...)
-    └── TransportFailure  below JSON-RPC, over HTTP: HttpStatusError (SessionLost), StreamCut, ConnectionLost
+├── ProblemsError           a document failed validation; carries every Problem found
+│   ├── ProfileError            a fault profile
+│   └── ExperimentError         an experiment file (experiments.plan)
+├── UsageError              a command-line value is wrong (what, where, what to do)
+│   ├── AddressError            not HOST:PORT (loopback)
+│   ├── UrlError                not an http(s) URL with a host (loopback)
+│   └── BeyondLoopbackError     listening beyond loopback without a token (loopback)
+├── UpstreamError           the MCP server could not be started or reached
+├── CallError               one request of an agent failed; ``failure`` names its class in records
+│   ├── CallTimeout, ProtocolError, ToolError, MalformedResponse, ContractChanged, StaleResult
+│   ├── TransportFailure        below JSON-RPC, over HTTP
+│   │   ├── HttpStatusError         └── SessionLost
+│   │   ├── StreamCut
+│   │   └── ConnectionLost
+│   ├── CircuitOpen, TaskDeadlineExceeded, BudgetExhausted   (harness.agents.policies)
+│   ├── Inconsistent            two sources disagree (harness.agents.verify)
+│   ├── AgentReportedFailure, AgentNoAnswer, AgentCrashed, AgentTimeout, AnswerInvalid
+│   │                           your agent's command (harness.agents.external)
+│   ├── ModelGaveUp, NoAnswer, TurnsExhausted   the LLM agent (harness.agents.llm.agent)
+│   └── ModelError              the model API (harness.agents.llm.backend)
+│       └── ModelRetryable, ModelUnavailable, ModelMalformed, ReplayMissing
+├── ControlError            a control API request refused (control.controller)
+│   └── NotFound, Conflict, NoServerControl, Invalid
+├── ApiError, Unreachable, BadUrl   a control API client's failures (control.client)
+├── CannotRestart           no server to restart (control.server)
+├── ProxyError              api.Proxy could not start its proxy (api._proxy)
+├── Failed                  an experiment step failed (experiments.runner)
+├── Miss                    a replayed request the cassette has no answer for (cassette.matching)
+├── Unsatisfiable           no argument satisfies a tool's inputSchema (audit.arguments)
+├── OtelConfigError, ExportError   OpenTelemetry settings, OTLP export (telemetry.otel_env, .export)
+├── SidecarFailed, ControlLineError   the side-effect probe (probe.monitor, probe.protocol)
+├── ServerDown, UpstreamBroke, BodyTooLarge   transport signals (proxy.supervised, .upstream, .http_server)
+├── WireError               a Chat Completions body we cannot map (harness.agents.llm.openai_wire)
+└── MockWorldError, JournalError, RequestError, ResourceNotFound   the mock server (mock.*)
+    └── UnknownIdError, InvalidArgumentError
 """
 
 from __future__ import annotations

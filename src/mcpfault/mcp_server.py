@@ -23,7 +23,6 @@ import time
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
@@ -35,7 +34,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from mcpfault.api import _toml
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
-from mcpfault.loopback import is_loopback
+from mcpfault.loopback import UrlError, check_http_url, is_loopback
 
 WORKDIR_VARIABLE = "MCPFAULT_WORKDIR"
 MAX_TEXT_BYTES = 256 * 1024
@@ -193,8 +192,11 @@ def _name(value: str, what: str, known: set[str] | None = None) -> str:
 
 
 def _control_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or not is_loopback(parts.hostname):
+    try:
+        parts = check_http_url(url, "control_url", "the proxy's loopback control URL")
+    except UrlError:
+        parts = None
+    if parts is None or parts.scheme != "http" or not is_loopback(str(parts.hostname)):
         raise ToolError(f"control_url {url!r}: give the proxy's loopback control URL, e.g. http://127.0.0.1:8474")
     return url
 

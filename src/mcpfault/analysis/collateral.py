@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mcpfault.proxy.events import SERVER_BACK, SERVER_EXITED
+from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +82,9 @@ def _back_after(server_events: Sequence[Mapping[str, Any]], start: float, cause:
         at = _time(event)
         if at is None or at < start - 0.001:  # the events' times have millisecond resolution
             continue
-        if died is None and event.get("event") == SERVER_EXITED and event.get("cause") == cause:
+        if died is None and event.get("event") == names.SERVER_EXITED and event.get("cause") == cause:
             died = at
-        elif died is not None and event.get("event") == SERVER_BACK:
+        elif died is not None and event.get("event") == names.SERVER_BACK:
             return at
     return None
 

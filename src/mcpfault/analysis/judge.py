@@ -52,6 +52,7 @@ class TaskRun:
     detail: str = ""
     attempts: int = 0
     calls: int = 0
+    verify_reads: int = 0  # reads the agent's verification added (policies: the verify mechanism)
 
 
 # The judge's failure classes (the record's ``failure`` when the agent raised none, or when the world
@@ -227,6 +228,7 @@ def judge(
         answer=run.answer,
         expected=_expected_of(run, expected, state),
         absorbed=absorbed,
+        verify_reads=run.verify_reads,
     )
 
 

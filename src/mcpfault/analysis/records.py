@@ -14,6 +14,7 @@ Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
 OPTIONAL_FIELDS = ("agent_stderr",)  # left out of as_dict() when None (answer and expected always written)
+ZERO_FIELDS = ("verify_reads",)  # left out of as_dict() when 0: only an agent that verifies has them
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class TaskRecord:
     # re-read or re-list): the fault was absorbed, not recovered from (a success).
     absorbed: bool = False
     agent_stderr: str | None = None  # an external agent's stderr, its tail (redacted)
+    # Reads the agent's verification added (second sources, and re-reads after a disagreement): its cost.
+    verify_reads: int = 0
 
     @property
     def row(self) -> str:
@@ -81,6 +84,9 @@ class TaskRecord:
                 del data[name]
         for name in OPTIONAL_FIELDS:
             if data[name] is None:
+                del data[name]
+        for name in ZERO_FIELDS:
+            if data[name] == 0:
                 del data[name]
         return data
 

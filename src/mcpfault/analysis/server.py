@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcpfault.proxy.events import OWN_EXIT, SERVER_BACK, SERVER_EXITED, SERVER_RESTARTED
+from mcpfault.telemetry import names
+
+OWN_EXIT = names.OWN_EXIT  # the cause of a death no fault caused
 
 __all__ = ["OWN_EXIT", "ServerAccount", "account_of", "read_accounts", "write_accounts"]
 
@@ -72,15 +74,15 @@ def account_of(
     downtimes: dict[str, list[float]] = {}
     lost: dict[str, int] = {}
     for row in rows:
-        cause = str(row.get("cause", OWN_EXIT))
+        cause = str(row.get("cause", names.OWN_EXIT))
         event = row.get("event")
-        if event == SERVER_EXITED and row.get("crashed"):
+        if event == names.SERVER_EXITED and row.get("crashed"):
             crashes[cause] = crashes.get(cause, 0) + 1
-        elif event == SERVER_RESTARTED:
+        elif event == names.SERVER_RESTARTED:
             restarts[cause] = restarts.get(cause, 0) + 1
-        elif event == SERVER_BACK and row.get("back", True):
+        elif event == names.SERVER_BACK and row.get("back", True):
             downtimes.setdefault(cause, []).append(float(row["downtime_s"]))
-        elif event == SERVER_BACK:
+        elif event == names.SERVER_BACK:
             lost[cause] = lost.get(cause, 0) + 1
     return ServerAccount(profile, agent, session, trial, crashes, restarts, downtimes, lost)
 

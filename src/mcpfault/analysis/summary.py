@@ -83,10 +83,6 @@ class CellSummary:
         return self.success + self.recovered
 
     @property
-    def success_rate(self) -> float:
-        return self.correct / self.tasks
-
-    @property
     def silent_rate(self) -> float:
         return self.failed_silent / self.tasks
 

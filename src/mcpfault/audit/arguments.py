@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcpfault.errors import UsageError
+from mcpfault.errors import MCPFaultError, UsageError
 
 DRAW_TIMEOUT_S = 120.0
 EXAMPLES_PER_DRAW = 3  # hypothesis's first example is the simplest; the last of a few says more
@@ -36,7 +36,7 @@ _KEY_NAME = re.compile(
 )
 
 
-class Unsatisfiable(Exception):
+class Unsatisfiable(MCPFaultError):
     """No value satisfies the schema (or the generator cannot draw one); ``str()`` says why."""
 
 

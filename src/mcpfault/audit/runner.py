@@ -69,7 +69,7 @@ class Result:
 
 
 @dataclass(slots=True)
-class _Call:
+class _AuditCall:
     tool: str
     step: str
     number: int
@@ -221,7 +221,7 @@ def _policy_file(out: Path, workdir: Path) -> Path:
 
 def _perform(
     settings: Settings, audits: list[ToolAudit], out: Path, workdir: Path
-) -> tuple[list[_Call], list[Any], dict[int, ProbeSeen], int]:
+) -> tuple[list[_AuditCall], list[Any], dict[int, ProbeSeen], int]:
     """The calls, the proxy's spans, the probe's reports by call number, and how many tools/call went."""
     from mcpfault.api import Proxy, ProxyError
 
@@ -252,7 +252,7 @@ def _perform(
 
 @dataclass(slots=True)
 class _Done:
-    calls: list[_Call] = field(default_factory=list)
+    calls: list[_AuditCall] = field(default_factory=list)
     count: int = 0  # tools/call requests sent, the state probe's included
     current: ToolAudit | None = None  # the tool whose calls are under way
 
@@ -343,7 +343,7 @@ class _Session:
             return None, None
         return _canonical(value)[:MAX_STATE_CHARS], None
 
-    async def tool(self, plan: ToolPlan, done: list[_Call]) -> None:
+    async def tool(self, plan: ToolPlan, done: list[_AuditCall]) -> None:
         """The plan's calls in order, each appended to ``done`` as it ends (so a bound keeps what was seen)."""
         settings = self.settings
         state_on = settings.state_tool is not None or settings.state_resource is not None
@@ -364,7 +364,7 @@ class _Session:
             diff = None
             if before is not None and after is not None:
                 diff = _diff(before, after)
-            done.append(_Call(plan.name, step, number, arguments, ok, error, diff, after_error or state_error))
+            done.append(_AuditCall(plan.name, step, number, arguments, ok, error, diff, after_error or state_error))
             before, state_error = after, after_error
 
 

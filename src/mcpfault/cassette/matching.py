@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from mcpfault.cassette.format import Entry
+from mcpfault.errors import MCPFaultError
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
 from mcpfault.telemetry.logging import REDACTED
 
@@ -72,7 +73,7 @@ class Recorded:
         return f"{self.method} {json.dumps(self.params)[:120]}"
 
 
-class Miss(Exception):
+class Miss(MCPFaultError):
     """No recorded request matches: the message says which recorded one is closest and how it differs."""
 
 

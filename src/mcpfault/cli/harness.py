@@ -263,6 +263,7 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
     if not models:
         raise UsageError("--models: give at least one model name")
+    _check_distinct_models(models)
     hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
     price = parse_price(args.llm_price) if args.llm_price is not None else None
     variants = tuple(
@@ -281,6 +282,19 @@ def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[
     for variant in variants:
         check_config(variant)
     return variants
+
+
+def _check_distinct_models(models: Sequence[str]) -> None:
+    """Each model once: its records and report rows are labelled by it (``anthropic:x`` and ``x`` are one model)."""
+    from mcpfault.harness.agents.llm.backend import provider_of
+
+    seen: dict[tuple[str, str], str] = {}
+    for model in models:
+        key = provider_of(model)
+        if key in seen:
+            same = f"{seen[key]!r} and {model!r} are" if seen[key] != model else f"{model!r} is"
+            raise UsageError(f"--models: {same} the same model twice; name each model once")
+        seen[key] = model
 
 
 def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None:
@@ -378,10 +392,10 @@ def _run(args: argparse.Namespace) -> int:
     endpoint = _otlp_endpoint(args.otlp_endpoint)
     _check_pushgateway(args.pushgateway)
     probe = _probe(args.probe)
-    from mcpfault.faults.guardrails import profile_warnings
+    from mcpfault.faults.profile_warnings import Timing, warnings_of
 
-    for warning in profile_warnings(loaded, session_tasks=args.tasks, call_deadline_s=args.deadline):
-        print(f"mcpfault run: warning: {warning}", file=sys.stderr)
+    for warning in warnings_of(loaded, Timing(args.tasks, args.deadline)):
+        print(f"mcpfault run: warning: {warning.located()}", file=sys.stderr)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
     world = World.generate(args.seed)
     plan = SessionPlan(
@@ -605,22 +619,12 @@ def _push(url: str | None, records: Any, out: Path, command: str) -> bool:
 
 def _otlp_endpoint(url: str | None) -> str | None:
     """``--otlp-endpoint`` of run and bench, refused before any session starts if it cannot be a collector."""
-    import re
-    from urllib.parse import urlsplit
+    from mcpfault.loopback import check_http_url
+    from mcpfault.telemetry.otel_env import COLLECTOR_EXAMPLE
 
     if url is None:
         return None
-    try:
-        parts = urlsplit(url.strip())
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # an unclosed IPv6 bracket, a bad port
-        valid = False
-    if not valid:
-        shown = re.sub(r"//[^/@]*@", "//***@", url)  # credentials stay out of the message
-        raise UsageError(
-            f"--otlp-endpoint {shown!r} is not an http(s) URL with a host; "
-            "give the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
-        )
+    check_http_url(url, "--otlp-endpoint", COLLECTOR_EXAMPLE)  # a UsageError, credentials hidden
     return url.strip()
 
 

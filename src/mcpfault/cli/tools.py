@@ -110,30 +110,22 @@ def add_tools(commands: Any) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     from mcpfault.faults import profile
-    from mcpfault.faults.guardrails import profile_warnings
+    from mcpfault.faults.profile_warnings import Timing, warnings_of
 
     if args.session_tasks < 1 or not args.deadline > 0:
         raise UsageError("--session-tasks must be at least 1 and --deadline more than 0 seconds")
-    valid: list[profile.Profile] = []
 
     def load(given: str) -> profile.Profile:
-        loaded = profile.load(profile.resolve(given))
-        valid.append(loaded)
-        return loaded
+        return profile.load(profile.resolve(given))
 
     def describe(loaded: profile.Profile) -> str:
-        from mcpfault.faults.profile_warnings import warnings_of
-
-        found = warnings_of(loaded)
+        found = warnings_of(loaded, Timing(args.session_tasks, args.deadline))
         for warning in found:
             print(warning, file=sys.stderr)
         noted = f", {len(found)} warning(s)" if found else ""
         return f"{loaded.source}: ok (profile {loaded.name!r}, seed {loaded.seed}, {len(loaded.rules)} rule(s){noted})"
 
     failed = check_files(args.profiles, load, describe, "profile")
-    for loaded in valid:
-        for warning in profile_warnings(loaded, session_tasks=args.session_tasks, call_deadline_s=args.deadline):
-            print(f"warning: {warning}", file=sys.stderr)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 

@@ -27,7 +27,7 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class ApiCall:
     """One API request, as a handler sees it."""
 
     params: dict[str, str]  # from the path
@@ -35,57 +35,57 @@ class Call:
     body: Any  # the JSON body, or None
 
 
-Handler = Callable[[Controller, Call], Awaitable[tuple[int, Any]]]
+Handler = Callable[[Controller, ApiCall], Awaitable[tuple[int, Any]]]
 
 
-async def _list(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _list(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     return 200, {"faults_enabled": c.rules.enabled, "version": c.rules.version, "faults": c.faults()}
 
 
-async def _add(c: Controller, call: Call) -> tuple[int, Any]:
+async def _add(c: Controller, call: ApiCall) -> tuple[int, Any]:
     return 201, c.add(call.body)
 
 
-async def _get(c: Controller, call: Call) -> tuple[int, Any]:
+async def _get(c: Controller, call: ApiCall) -> tuple[int, Any]:
     return 200, c.fault(call.params["name"])
 
 
-async def _remove(c: Controller, call: Call) -> tuple[int, Any]:
+async def _remove(c: Controller, call: ApiCall) -> tuple[int, Any]:
     c.remove(call.params["name"])
     return 200, {"removed": call.params["name"]}
 
 
-async def _patch(c: Controller, call: Call) -> tuple[int, Any]:
+async def _patch(c: Controller, call: ApiCall) -> tuple[int, Any]:
     return 200, c.patch(call.params["name"], call.body)
 
 
-async def _off(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _off(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     c.off()
     return 200, {"faults_enabled": False}
 
 
-async def _on(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _on(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     c.on()
     return 200, {"faults_enabled": True}
 
 
-async def _reset(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _reset(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     c.reset()
     return 200, {"reset": True, "rules": len(c.rules.rules)}
 
 
-async def _status(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _status(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     return 200, c.status()
 
 
-async def _crash(c: Controller, call: Call) -> tuple[int, Any]:
+async def _crash(c: Controller, call: ApiCall) -> tuple[int, Any]:
     try:
         return 200, await c.crash(call.query.get("signal", "SIGKILL"))
     except ValueError as exc:
         raise Invalid([Problem("POST /server/crash", None, "signal", str(exc))]) from None
 
 
-async def _stall(c: Controller, call: Call) -> tuple[int, Any]:
+async def _stall(c: Controller, call: ApiCall) -> tuple[int, Any]:
     raw = call.query.get("duration_s")
     try:
         duration_s = float(raw) if raw is not None else None
@@ -97,7 +97,7 @@ async def _stall(c: Controller, call: Call) -> tuple[int, Any]:
     return 202, await c.stall(duration_s)
 
 
-async def _restart(c: Controller, _call: Call) -> tuple[int, Any]:
+async def _restart(c: Controller, _call: ApiCall) -> tuple[int, Any]:
     return 200, await c.restart()
 
 
@@ -194,7 +194,7 @@ class ControlApi:
                 return _error(400, f"the body is not JSON: {exc}")
         query = {k: v[-1] for k, v in parse_qs(request.raw_path.partition("?")[2], keep_blank_values=True).items()}
         try:
-            status, answer = await handler(self.controller, Call(params, query, body))
+            status, answer = await handler(self.controller, ApiCall(params, query, body))
         except Invalid as exc:
             count = len(exc.problems)
             return _error(400, f"{count} problem{'s' if count != 1 else ''}", exc.problems)

@@ -14,13 +14,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
+
+from mcpfault.errors import MCPFaultError
+from mcpfault.loopback import UrlError, check_http_url
 
 DEFAULT_URL = "http://127.0.0.1:8474"  # Toxiproxy's API port; start the proxy with --control 127.0.0.1:8474
 URL_VARIABLE = "MCPFAULT_CONTROL_URL"
 
 
-class BadUrl(ValueError):
+class BadUrl(MCPFaultError, ValueError):
     """The control URL is not one: no http(s) scheme and host, or a bad port. Says what to give instead."""
 
 
@@ -30,26 +33,22 @@ def control_url(given: str) -> str:
     url = given.strip()
     if "://" not in url and re.fullmatch(r"\[?[A-Za-z0-9_.:-]+\]?:\d+", url):
         url = f"http://{url}"
-    parts = urlsplit(url)
     try:
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
-        port_ok = True
-    except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        check_http_url(url, "control URL", DEFAULT_URL)
+    except UrlError:
         raise BadUrl(
             f"control URL {given!r} is not an http URL; give the URL the proxy printed "
             f"('mcpfault: control API on URL'), e.g. {DEFAULT_URL}, or HOST:PORT as given to proxy --control"
-        )
+        ) from None
     return url.rstrip("/")
 
 
-class Unreachable(Exception):
+class Unreachable(MCPFaultError):
     """Nothing answered at the control URL (no proxy there, or not with --control)."""
 
 
 @dataclass
-class ApiError(Exception):
+class ApiError(MCPFaultError):
     """The control API refused: its HTTP status, its message and the problems it named (a bad rule)."""
 
     status: int

@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Protocol, runtime_checkable
 
+from mcpfault.errors import MCPFaultError
+
 
 @runtime_checkable
 class ServerControl(Protocol):
@@ -36,7 +38,7 @@ class ServerControl(Protocol):
         ...
 
 
-class CannotRestart(RuntimeError):
+class CannotRestart(MCPFaultError, RuntimeError):
     """This proxy's server runs without a supervisor: when it ends, the proxy ends with it."""
 
 

@@ -30,7 +30,7 @@ SPANS = "experiment-spans.jsonl"
 METRICS = "metrics.prom"
 
 
-class Journal:
+class ExperimentJournal:
     def __init__(self, out_dir: Path, experiment_id: str, title: str) -> None:
         self.experiment_id = experiment_id
         self.entries: list[dict[str, Any]] = []

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpfault.errors import ProblemsError, ProfileError
+from mcpfault.loopback import UrlError, check_http_url
 
 PROBES = ("metric", "promql", "http", "command")
 # The proxy's own figures over a trailing window (from its events); the task ones judge driven load.
@@ -57,7 +58,7 @@ MAX_DURATION_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class PlanProblem:
     file: str
     where: str  # e.g. method[1].duration_s
     message: str
@@ -67,13 +68,13 @@ class Problem:
 
 
 class ExperimentError(ProblemsError):
-    """An experiment file failed validation; ``problems`` holds every Problem found."""
+    """An experiment file failed validation; ``problems`` holds every PlanProblem found."""
 
     kind = "experiment"
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[PlanProblem]) -> None:
         super().__init__(problems)
-        self.problems: list[Problem] = problems
+        self.problems: list[PlanProblem] = problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,19 +225,19 @@ def load(path: str | Path) -> Plan:
         where = str(path) if path.is_absolute() else f"{path} (relative to the working directory {Path.cwd()})"
         known = ", ".join(bundled()) or "none bundled"
         raise ExperimentError(
-            [Problem(str(path), "file", f"{where} does not exist; give a path, or a bundled name: {known}")]
+            [PlanProblem(str(path), "file", f"{where} does not exist; give a path, or a bundled name: {known}")]
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError([Problem(str(path), "file", f"cannot be read: {exc}")]) from None
+        raise ExperimentError([PlanProblem(str(path), "file", f"cannot be read: {exc}")]) from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ExperimentError([Problem(str(path), "toml", f"is not valid TOML: {exc}")]) from None
+        raise ExperimentError([PlanProblem(str(path), "toml", f"is not valid TOML: {exc}")]) from None
     return from_mapping(document, str(path))
 
 
 def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
-    problems: list[Problem] = []
+    problems: list[PlanProblem] = []
     reader = _Reader(source, problems)
     for key in document:
         if key not in TOP_KEYS:
@@ -286,14 +287,14 @@ def from_mapping(document: Mapping[str, Any], source: str = "<memory>") -> Plan:
 
 
 class _Reader:
-    """Typed reads of TOML values; each bad one becomes a Problem, never an exception."""
+    """Typed reads of TOML values; each bad one becomes a PlanProblem, never an exception."""
 
-    def __init__(self, source: str, problems: list[Problem]) -> None:
+    def __init__(self, source: str, problems: list[PlanProblem]) -> None:
         self.source = source
         self.problems = problems
 
     def report(self, where: str, message: str) -> None:
-        self.problems.append(Problem(self.source, where, message))
+        self.problems.append(PlanProblem(self.source, where, message))
 
     def tables(self, document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
         raw = document.get(key, [])
@@ -358,8 +359,11 @@ def _target(reader: _Reader, raw: Any) -> Target:
         reader.report(
             "target", "an HTTP target needs both listen (where clients connect) and url (the server's endpoint)"
         )
-    if url is not None and not url.startswith(("http://", "https://")):
-        reader.report("target.url", f"{url!r} is not an http(s) URL, e.g. http://127.0.0.1:3000/mcp")
+    if url is not None:
+        try:
+            check_http_url(url, "target.url", "e.g. http://127.0.0.1:3000/mcp")
+        except UrlError as exc:
+            reader.report("target.url", str(exc).removeprefix("target.url "))
     return Target(command, listen, url)
 
 

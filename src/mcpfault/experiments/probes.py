@@ -19,6 +19,7 @@ from typing import Any
 
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.experiments.plan import ProbeSpec
+from mcpfault.protocol.jsonlines import read_jsonl
 
 SUCCESS = frozenset({"response"})  # what a client receiving an answer to its request got
 TASK_SUCCESS = frozenset({"success", "recovered"})
@@ -39,17 +40,9 @@ Probe = Callable[[ProbeSpec, Window], Any]
 
 def requests_in(window: Window) -> list[dict[str, Any]]:
     """The proxy's request events that ended inside the window (control lines left out)."""
-    try:
-        lines = window.events_path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
     found = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # the line being written
-        if "request_id" not in record:
+    for record in read_jsonl(window.events_path):  # a line being written is skipped
+        if not isinstance(record, dict) or "request_id" not in record:
             continue
         at = event_time(record)
         if window.start <= at <= window.end:

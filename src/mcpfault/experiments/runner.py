@@ -28,8 +28,9 @@ import anyio.to_thread
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.control.client import ApiError, Control, Unreachable
+from mcpfault.errors import MCPFaultError
 from mcpfault.experiments import probes
-from mcpfault.experiments.journal import Journal
+from mcpfault.experiments.journal import ExperimentJournal
 from mcpfault.experiments.plan import Action, Plan, ProbeSpec, profile_text
 
 EXIT_HELD, EXIT_DEVIATED, EXIT_INVALID, EXIT_STOPPED, EXIT_FAILED = 0, 1, 2, 3, 4
@@ -81,7 +82,7 @@ class Outcome:
     load_error: str | None = None
 
 
-class Failed(Exception):
+class Failed(MCPFaultError):
     """Something the experiment needs could not start or answer."""
 
 
@@ -214,7 +215,7 @@ class _Run:
         self.out_dir = out_dir
         self.echo = echo
         self.id = "EXP" + uuid.uuid4().hex[:16]
-        self.journal = Journal(out_dir, self.id, plan.title)
+        self.journal = ExperimentJournal(out_dir, self.id, plan.title)
         self.target = _Target(plan, out_dir)
         self.outcome = Outcome(self.id, "pending", "", EXIT_FAILED, out_dir)
         self.outcome.actions = [ActionRun(a) for a in plan.method]

@@ -96,8 +96,6 @@ ResponseStep = Callable[[bytes], Delivery]
 STDIO = "stdio"
 HTTP = "http"
 EVERY_TRANSPORT = frozenset({STDIO, HTTP})
-# Signals a process fault may end the server with; SIGKILL leaves exit status 137, as the OOM killer does.
-CRASH_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT")
 
 
 class HttpExchangeOps(Protocol):

@@ -13,7 +13,7 @@ from mcpfault.faults.http_header_mismatch import HeaderMismatch
 from mcpfault.faults.http_reset import Reset
 from mcpfault.faults.http_session_expired import SessionExpired
 from mcpfault.faults.http_status import HttpStatus
-from mcpfault.faults.http_stream_cut import StreamCut
+from mcpfault.faults.http_stream_cut import HttpStreamCut
 from mcpfault.faults.latency import Latency
 from mcpfault.faults.lie import Lie
 from mcpfault.faults.malformed import Malformed
@@ -65,7 +65,7 @@ for _fault_type in (
     SchemaDrift,
     HttpStatus,
     Reset,
-    StreamCut,
+    HttpStreamCut,
     SessionExpired,
     FirstByteLatency,
     HeaderMismatch,

@@ -30,7 +30,7 @@ class _Cut(HttpBehaviour):
 
 
 @dataclass(frozen=True, slots=True)
-class StreamCut(FaultBase):
+class HttpStreamCut(FaultBase):
     type_name: ClassVar[str] = "stream_cut"
     MODES: ClassVar[tuple[str, ...]] = ("cut",)
     event_name: ClassVar[str] = names.EVENT_STREAM_CUT

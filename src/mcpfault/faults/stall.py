@@ -16,7 +16,7 @@ from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
-class _Stop(ProcessBehaviour):
+class _StallStop(ProcessBehaviour):
     duration_s: float
 
     def perform(self, server: ServerProcessOps) -> None:
@@ -37,4 +37,4 @@ class Stall(FaultBase):
         return self.duration_s
 
     def plan(self, call: Call, rng: Random, ctx: PlanContext) -> Injection:
-        return Injection("stop", process=_Stop(self.duration_s))
+        return Injection("stop", process=_StallStop(self.duration_s))

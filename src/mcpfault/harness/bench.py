@@ -225,13 +225,13 @@ TRIAL_STRIDE = 7_919  # a prime well above any cell's session count: trials neve
 
 
 def bench_warnings(config: BenchConfig) -> list[str]:
-    """The guardrails' warnings (faults.guardrails) for every profile of the matrix, in its sessions."""
-    from mcpfault.faults.guardrails import profile_warnings
+    """The profile warnings (faults.profile_warnings) of every profile of the matrix, in its sessions."""
+    from mcpfault.faults.profile_warnings import Timing, warnings_of
 
+    timing = Timing(config.session_tasks, config.deadline_s)
     warnings: list[str] = []
     for path in dict.fromkeys([*config.profiles, *config.http_only]):
-        loaded = profiles.load(path)
-        warnings += profile_warnings(loaded, session_tasks=config.session_tasks, call_deadline_s=config.deadline_s)
+        warnings += [warning.located() for warning in warnings_of(profiles.load(path), timing)]
     return warnings
 
 

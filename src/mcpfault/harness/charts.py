@@ -11,6 +11,7 @@ from xml.sax.saxutils import escape
 from mcpfault.analysis.records import OUTCOMES, Outcome
 from mcpfault.analysis.summary import CellSummary, RecoveryStats, Summary
 from mcpfault.harness.formatting import interval, milliseconds, percent
+from mcpfault.harness.reliability import ReliabilityPoint, intensities_of
 
 CHARTS = ("outcomes.svg", "silent.svg", "recovery.svg")
 
@@ -347,6 +348,112 @@ def render_charts(summary: Summary) -> dict[str, str]:
         "silent.svg": silent_chart(summary),
         "recovery.svg": recovery_chart(summary),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The reliability surface: pass^k against profile intensity, a line per agent (harness/reliability.py)
+
+RELIABILITY_CHART = "reliability.svg"
+LINE_PLOT_H = 260.0
+LINE_STEP_W = 200.0  # between two intensities on the x axis
+LINE_DODGE = 6.0  # between two agents' points at one intensity
+LINE_LABEL_GAP = 15.0  # the least vertical distance between two lines' end labels
+
+
+def reliability_chart(points: Sequence[ReliabilityPoint]) -> str:
+    """pass^k (y) per intensity (x), one line per agent with its 95% whiskers; each line's name beside its end."""
+    intensities = intensities_of(points)
+    agents = list(dict.fromkeys(p.agent for p in points))
+    colours = {agent: AGENT_COLOURS[i % len(AGENT_COLOURS)] for i, agent in enumerate(agents)}
+    ks = sorted({p.k for p in points})
+    k_text = f"k = {ks[0]}" if len(ks) == 1 else f"k = {ks[0]}..{ks[-1]} (the fewest runs of a task per point)"
+    end_labels = {a: f"{a} {_pass_label(_last(points, a))}" for a in agents}
+    left = MARGIN + 44
+    step = LINE_STEP_W if len(intensities) > 1 else 0.0
+    first_x = left + (30.0 if len(intensities) > 1 else LINE_STEP_W / 2)
+    label_x = first_x + step * max(len(intensities) - 1, 0) + LINE_DODGE * len(agents) / 2 + 12
+    width = label_x + 20 + max(map(_text_w, end_labels.values()), default=0) + MARGIN
+    placed, legend_bottom = _legend([(a, colours[a]) for a in agents], width)
+    top = legend_bottom + 20
+    bottom = top + LINE_PLOT_H
+
+    def x_of(intensity: str, agent: str | None = None) -> float:
+        # Each agent's points sit a little apart, so equal lines and their whiskers stay distinguishable.
+        dodge = 0.0 if agent is None else LINE_DODGE * (agents.index(agent) - (len(agents) - 1) / 2)
+        return first_x + step * intensities.index(intensity) + dodge
+
+    def y_of(share: float) -> float:
+        return bottom - LINE_PLOT_H * share
+
+    parts = [_text(MARGIN, 24, f"pass^k per profile intensity and agent ({k_text})", font_size=16, font_weight="bold")]
+    for label, colour, x, y in placed:
+        parts.append(_el("rect", {"x": x, "y": y, "width": 12, "height": 12, "fill": colour}))
+        parts.append(_text(x + 18, y + 10, label))
+    right_edge = first_x + step * max(len(intensities) - 1, 0) + 30
+    for i in range(5):
+        y = y_of(i / 4)
+        parts.append(_el("line", {"x1": left, "y1": y, "x2": right_edge, "y2": y, "stroke": "#dddddd"}))
+        parts.append(_text(left - 6, y + 4, f"{25 * i}%", text_anchor="end", font_size=11, fill="#444444"))
+    parts.append(_el("line", {"x1": left, "y1": bottom, "x2": right_edge, "y2": bottom, "stroke": "#444444"}))
+    for intensity in intensities:
+        parts.append(_text(x_of(intensity), bottom + 16, intensity, text_anchor="middle"))
+    parts.append(_text((left + right_edge) / 2, bottom + 36, "profile intensity", text_anchor="middle"))
+    for agent in agents:
+        line = [p for p in points if p.agent == agent]
+        colour = colours[agent]
+        path = "".join(
+            f"{'M' if i == 0 else 'L'}{_num(x_of(p.intensity, agent))} {_num(y_of(p.pass_k))}"
+            for i, p in enumerate(line)
+        )
+        tip = f"{agent}: " + "; ".join(f"{p.intensity} {_pass_label(p)}" for p in line)
+        attrs: Attrs = {"class": "line", "d": path, "stroke": colour, "stroke-width": 2.5, "fill": "none"}
+        parts.append(_el("path", attrs, f"<title>{xml(tip)}</title>"))
+        for p in line:
+            x, (low, high) = x_of(p.intensity, agent), p.pass_k_interval
+            whisker = f"M{_num(x)} {_num(y_of(low))}V{_num(y_of(high))}"
+            whisker += f"M{_num(x - 4)} {_num(y_of(low))}H{_num(x + 4)}M{_num(x - 4)} {_num(y_of(high))}H{_num(x + 4)}"
+            point_tip = f"{agent} / {p.intensity}: {_pass_label(p)}"
+            parts.append(
+                _el("path", {"class": "interval", "d": whisker, "stroke": colour, "stroke-width": 1.2, "fill": "none"})
+            )
+            parts.append(
+                _el(
+                    "circle",
+                    {"class": "point", "cx": x, "cy": y_of(p.pass_k), "r": 4, "fill": colour},
+                    f"<title>{xml(point_tip)}</title>",
+                )
+            )
+    baselines = _spread_labels({a: y_of(_last(points, a).pass_k) + 4 for a in agents})
+    for agent, baseline in baselines.items():
+        swatch: Attrs = {"x1": label_x, "y1": baseline - 4, "x2": label_x + 14, "y2": baseline - 4}
+        parts.append(_el("line", {**swatch, "stroke": colours[agent], "stroke-width": 3}))
+        parts.append(_text(label_x + 20, baseline, end_labels[agent], fill="#1a1a1a"))
+    # Labels pushed below the axis (several lines at 0%) still fit: the height follows the lowest one.
+    lowest = max(baselines.values(), default=bottom)
+    layout = _Layout(width, left, top, max(bottom, lowest - 40), (), (), placed)
+    desc = (
+        "Lines: pass^k (tau-bench's estimator) of each agent at each profile intensity, one line per agent; "
+        "the vertical whiskers are Wilson 95% intervals over the distinct tasks of the all-k-runs-correct indicator."
+    )
+    return _svg(layout, "mcpfault: pass^k per profile intensity and agent", desc, parts)
+
+
+def _spread_labels(baselines: Mapping[str, float]) -> dict[str, float]:
+    """The labels' baselines moved apart, top to bottom, so no two are closer than LINE_LABEL_GAP."""
+    spread: dict[str, float] = {}
+    previous = -math.inf
+    for agent, baseline in sorted(baselines.items(), key=lambda item: item[1]):
+        previous = max(baseline, previous + LINE_LABEL_GAP)
+        spread[agent] = previous
+    return spread
+
+
+def _last(points: Sequence[ReliabilityPoint], agent: str) -> ReliabilityPoint:
+    return [p for p in points if p.agent == agent][-1]
+
+
+def _pass_label(point: ReliabilityPoint) -> str:
+    return f"pass^{point.k} {100 * point.pass_k:.0f}% (95% {interval(point.pass_k_interval)})"
 
 
 # ---------------------------------------------------------------------------------------------

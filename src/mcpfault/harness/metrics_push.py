@@ -17,12 +17,11 @@ Series (names in ``telemetry.names``):
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.loopback import check_http_url, hide_credentials
 from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import HarnessMetrics
 
@@ -30,17 +29,11 @@ from mcpfault.telemetry.metrics import HarnessMetrics
 TaskKey = tuple[str, str, int, int, int]  # profile, agent, trial, session, task index
 
 DEFAULT_JOB = "mcpfault_bench"
-_USERINFO = re.compile(r"//[^/@]*@")  # credentials in a URL, kept out of error messages
 
 
 def check_pushgateway_url(url: str) -> str:
     """``url`` if a push could use it, else ``ValueError``: call it before a run, not after."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"Pushgateway URL {_USERINFO.sub('//***@', url)!r} is not an http(s) URL with a host; "
-            "give e.g. http://127.0.0.1:9091"
-        )
+    check_http_url(url, "Pushgateway URL", "e.g. http://127.0.0.1:9091")
     return url
 
 
@@ -99,7 +92,7 @@ def push_bench_metrics(
     try:
         metrics.push(url, job, grouping, timeout_s=timeout_s)
     except OSError as exc:
-        shown = _USERINFO.sub("//***@", url)
+        shown = hide_credentials(url)
         raise OSError(f"cannot push metrics to the Pushgateway at {shown}: {exc}; is it running there?") from exc
 
 

@@ -111,7 +111,7 @@ class ReportMeta:
     trials: int = 1  # bench --trials K
     profile_order: tuple[str, ...] = ()  # the report's rows in the order bench --profiles gave them
     task_deadline_s: float | None = None  # bench --task-deadline-s (None: a report merged from older runs)
-    warnings: tuple[str, ...] = ()  # the guardrails' (faults.guardrails): where timing, not agents, may decide
+    warnings: tuple[str, ...] = ()  # faults.profile_warnings: where a profile may not do what it was meant to
     seeds: int = 1  # bench --seeds N: the matrix under seed .. seed+N-1
     fixed_profiles: tuple[str, ...] = ()  # profiles with nothing random (Profile.is_fixed): no interval
 
@@ -163,6 +163,7 @@ def render_markdown(
     directories) which rule fired how often in each cell (harness/exposure.py)."""
     from mcpfault.harness.exposure import exposure_section
     from mcpfault.harness.lies import lies_section
+    from mcpfault.harness.reliability_report import reliability_section
 
     sections = [
         _header(summary, meta),
@@ -175,6 +176,7 @@ def render_markdown(
         exposure_section(records, sessions_dir),
         lies_section(records),
         _models_section(summary),
+        reliability_section(records),
         _cost_section(summary),
         _recovery_section(summary),
         _process_section(summary.agents, records, servers),
@@ -272,8 +274,9 @@ def _broken_banner(meta: ReportMeta) -> list[str]:
 
 def _warnings_banner(meta: ReportMeta) -> list[str]:
     return [
-        f"> **Warning: {len(meta.warnings)} timing hazard(s) in the profiles** (the same the bench printed, and "
-        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents.",
+        f"> **Warning: {len(meta.warnings)} warning(s) about the profiles** (the same the bench printed, and "
+        "`mcpfault validate` prints): the rows they name may measure the machine's speed more than the agents, "
+        "or a rule that never fires.",
         ">",
         *(f"> - {md(warning)}" for warning in meta.warnings),
     ]
@@ -790,6 +793,9 @@ def write_report(
     # newline="\n" keeps the bytes identical on Windows, where text mode would write CRLF.
     for name, svg in render_charts(summary).items():
         (charts / name).write_text(svg, encoding="utf-8", newline="\n")
+    from mcpfault.harness.reliability_report import write_reliability_chart
+
+    write_reliability_chart(records, charts)
     report = out_dir / "report.md"
     if sessions_dir is None and (out_dir / "sessions").is_dir():
         sessions_dir = out_dir / "sessions"

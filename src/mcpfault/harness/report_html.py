@@ -247,8 +247,9 @@ def render_run(data: RunData) -> str:
         _meta_line(data),
         _silent_section(data.records),
         _outcome_section(summary),
+        _reliability_section(data.records),
         _exposure_section(summary, data.records),
-        _charts_section(summary),
+        _charts_section(summary, data.records),
         _tasks_section(data, summary),
         _markdown_section(data.markdown),
     ]
@@ -392,8 +393,39 @@ def _exposure_section(summary: Summary, records: Sequence[TaskRecord]) -> str:
     )
 
 
-def _charts_section(summary: Summary) -> str:
+def _reliability_section(records: Sequence[TaskRecord]) -> str:
+    """The reliability surface (harness/reliability_report.py), when a model ran."""
+    from mcpfault.harness.reliability_report import RELIABILITY_HEADER, reliability_row, surface_points
+
+    points = surface_points(records)
+    if not points:
+        return ""
+    header = "".join(f'<th scope="col">{_e(h)}</th>' for h in RELIABILITY_HEADER)
+    rows = "".join(
+        f'<tr data-agent="{_e(p.agent)}" data-intensity="{_e(p.intensity)}"><th scope="row">{_e(cells[0])}</th>'
+        + "".join(f'<td class="n">{_e(c)}</td>' if i > 1 else f"<td>{_e(c)}</td>" for i, c in enumerate(cells[1:], 1))
+        + "</tr>"
+        for p, cells in ((p, reliability_row(p)) for p in points)
+    )
+    return (
+        '<section id="reliability"><h2>Reliability surface</h2>'
+        "<p>Per agent (each model its own) and profile intensity: pass^k and never-silent^k with Wilson 95% "
+        "intervals over the distinct tasks (of the indicator that all k runs passed), and the estimated model "
+        "cost per task run and per recovered run; a scripted or external agent reports no cost (-). "
+        "The report.md section says exactly how each figure is computed.</p>"
+        f'<table id="reliability-table" class="grid"><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>'
+        "</section>"
+    )
+
+
+def _charts_section(summary: Summary, records: Sequence[TaskRecord] = ()) -> str:
+    from mcpfault.harness.charts import RELIABILITY_CHART, reliability_chart
+    from mcpfault.harness.reliability_report import surface_points
+
     charts = dict(render_charts(summary))
+    points = surface_points(records)
+    if points:
+        charts[RELIABILITY_CHART] = reliability_chart(points)
     note = ""
     if not summary.recovery:  # an empty chart of recovery times is an axis and nothing else: say so instead
         charts.pop("recovery.svg", None)

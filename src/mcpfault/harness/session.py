@@ -58,7 +58,7 @@ from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.http_client import HttpClient, listen_command
 from mcpfault.mock.world import FIELDS_CHANGED_BY, World
-from mcpfault.protocol.jsonlines import dumps_line, read_jsonl
+from mcpfault.protocol.jsonlines import dumps_line
 from mcpfault.proxy.events import read_events, read_server_events
 from mcpfault.telemetry import names as span_names
 from mcpfault.telemetry.names import TRANSPORT_HTTP, TRANSPORT_STDIO
@@ -472,6 +472,7 @@ async def _run_one(agent: Any, client: StdioClient, spec: TaskSpec) -> TaskRun:
         detail=detail,
         attempts=sent,
         calls=agent.stats.calls,
+        verify_reads=agent.stats.verify_reads,
     )
 
 
@@ -667,7 +668,3 @@ def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as out:
         for row in rows:
             out.write(dumps_line(row, default=str) + "\n")
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [row for row in read_jsonl(path) if isinstance(row, dict)]

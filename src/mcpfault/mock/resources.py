@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.mock.world import UnknownIdError, World
 
 CONFIG_TEMPLATE: Final = "netops://devices/{device_id}/config"
@@ -41,7 +42,7 @@ PROMPT: Final = {
 }
 
 
-class ResourceNotFound(LookupError):
+class ResourceNotFound(MCPFaultError, LookupError):
     """A URI the server has no resource for (answered -32602, as 2026-07-28 asks)."""
 
 

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.mock import resources
 from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.schema import argument_problems
@@ -81,7 +82,7 @@ _LIST_METHODS: Final = frozenset(
 _Params = dict[str, Any]
 
 
-class RequestError(Exception):
+class RequestError(MCPFaultError):
     """Answer the request with this JSON-RPC error."""
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:

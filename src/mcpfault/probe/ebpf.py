@@ -36,7 +36,7 @@ import structlog
 
 from mcpfault.errors import UsageError
 from mcpfault.probe import protocol
-from mcpfault.probe.protocol import CallWindows, Control
+from mcpfault.probe.protocol import CallWindows, ControlLine
 
 log = structlog.get_logger("mcpfault.probe")
 
@@ -369,7 +369,7 @@ class EbpfBackend:
             self._syscall_sync(0)
         return {"grace_ms": 0, "strlen": STRLEN, "tracer": "bpftrace", "cpus": len(self._cpus)}
 
-    def scope(self, control: Control) -> None:
+    def scope(self, control: ControlLine) -> None:
         members = _group_members(control.pgid)
         with self._out.lock:
             self._windows.scope(control.generation)

@@ -22,6 +22,8 @@ from typing import Any
 import structlog
 from mcpfz_probe import RuntimeEvent, RuntimeSummary, SidecarRuntimeMonitor
 
+from mcpfault.errors import MCPFaultError
+
 log = structlog.get_logger("mcpfault.probe")
 
 READY_TIMEOUT_S = 120.0  # bpftrace compiles and attaches ~50 probes: seconds on a busy machine
@@ -31,7 +33,7 @@ END_TIMEOUT_S = 5.0
 MAX_AMBIENT = 10_000
 
 
-class SidecarFailed(RuntimeError):
+class SidecarFailed(MCPFaultError, RuntimeError):
     """The sidecar exited or stopped reading; its last words in the message."""
 
 

@@ -82,7 +82,7 @@ class SideEffect:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class SideEffectFinding:
     category: str
     severity: str
     detail: str
@@ -98,7 +98,7 @@ class CallReport:
     tool: str
     request_id: Any
     side_effects: list[SideEffect] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[SideEffectFinding] = field(default_factory=list)
     acted: str | None = None  # "true"/"false"/"unknown", for a lost response only
     duplicate_of: str | None = None
     confirmed: bool = False  # the sidecar confirmed both ends of the window
@@ -425,13 +425,15 @@ def _effect(event: RuntimeEvent, *, ambiguous: bool = False) -> SideEffect:
     return SideEffect(event.type, describe(event), int(event.data.get("ts_ns") or time.time_ns()), ambiguous)
 
 
-def _finding(draft: Any, *, ambiguous: bool = False) -> Finding:
+def _finding(draft: Any, *, ambiguous: bool = False) -> SideEffectFinding:
     event = draft.evidence.get("event") if isinstance(draft.evidence, dict) else None
     ts = event.get("ts_ns") if isinstance(event, dict) else None
-    return Finding(draft.category, draft.severity, str(draft.detail)[:MAX_DETAIL], int(ts or time.time_ns()), ambiguous)
+    return SideEffectFinding(
+        draft.category, draft.severity, str(draft.detail)[:MAX_DETAIL], int(ts or time.time_ns()), ambiguous
+    )
 
 
-def _as_dict(item: SideEffect | Finding) -> dict[str, Any]:
+def _as_dict(item: SideEffect | SideEffectFinding) -> dict[str, Any]:
     fields: Sequence[str] = ("type", "detail") if isinstance(item, SideEffect) else ("category", "severity", "detail")
     record = {name: getattr(item, name) for name in fields}
     if item.ambiguous:

@@ -1,6 +1,6 @@
 """mcpfz-probe's sidecar protocol (NDJSON both ways), and which call window an event belongs to.
 
-Control lines, to the sidecar's stdin::
+ControlLine lines, to the sidecar's stdin::
 
     {"op":"scope","pgid":N,"generation":G}
     {"op":"mark","phase":"begin","call_id":"...","tool":"..."}
@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.telemetry.logging import REDACTED, is_secret_key, redact_text
 from mcpfault.telemetry.otel_env import redact_userinfo
 
@@ -63,12 +64,12 @@ BUCKET_AMBIENT = "ambient"
 _CONTROL_OPS = ("scope", "mark", "shutdown")
 
 
-class ControlError(ValueError):
+class ControlLineError(MCPFaultError, ValueError):
     """A control line the sidecar cannot act on; answered with a ``parse_error`` status."""
 
 
 @dataclass(frozen=True, slots=True)
-class Control:
+class ControlLine:
     op: str  # scope, mark, shutdown
     phase: str | None = None  # mark: begin or end
     call_id: str | None = None
@@ -77,26 +78,26 @@ class Control:
     generation: int = 0
 
 
-def parse_control(line: str) -> Control:
+def parse_control(line: str) -> ControlLine:
     try:
         raw = json.loads(line)
     except ValueError as exc:
-        raise ControlError(f"not JSON: {exc}") from None
+        raise ControlLineError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("op") not in _CONTROL_OPS:
-        raise ControlError(f"not a control message: give op one of {', '.join(_CONTROL_OPS)}")
+        raise ControlLineError(f"not a control message: give op one of {', '.join(_CONTROL_OPS)}")
     op = raw["op"]
     if op == "scope":
         pgid, generation = raw.get("pgid"), raw.get("generation", 0)
         if not isinstance(pgid, int) or isinstance(pgid, bool) or pgid <= 0 or not _is_int(generation):
-            raise ControlError("scope needs a positive integer pgid and an integer generation")
-        return Control("scope", pgid=pgid, generation=generation)
+            raise ControlLineError("scope needs a positive integer pgid and an integer generation")
+        return ControlLine("scope", pgid=pgid, generation=generation)
     if op == "mark":
         call_id, tool = raw.get("call_id"), raw.get("tool")
         if call_id is not None and not isinstance(call_id, str):
-            raise ControlError("mark: call_id must be a string")
+            raise ControlLineError("mark: call_id must be a string")
         tool = tool if isinstance(tool, str) else None
-        return Control("mark", phase=str(raw.get("phase")), call_id=call_id, tool=tool)
-    return Control("shutdown")
+        return ControlLine("mark", phase=str(raw.get("phase")), call_id=call_id, tool=tool)
+    return ControlLine("shutdown")
 
 
 def _is_int(value: object) -> bool:
@@ -116,7 +117,7 @@ def status(message: str, bucket: str, call_id: str | None = None, **fields: Any)
 
 
 @dataclass(slots=True)
-class _Window:
+class _WireWindow:
     call_id: str
     tool: str | None
     begin_ns: int
@@ -130,14 +131,14 @@ class CallWindows:
     scoped: bool = False
     marked: bool = False  # a mark arrived since the last scope: no longer start-up
     generation: int = 0
-    _windows: dict[str, _Window] = field(default_factory=dict)
+    _windows: dict[str, _WireWindow] = field(default_factory=dict)
 
     def scope(self, generation: int) -> None:
         self.scoped, self.marked, self.generation = True, False, generation
 
     def begin(self, call_id: str, tool: str | None, now_ns: int) -> None:
         self.marked = True
-        self._windows[call_id] = _Window(call_id, tool, now_ns)
+        self._windows[call_id] = _WireWindow(call_id, tool, now_ns)
 
     def end(self, call_id: str | None, now_ns: int) -> str | None:
         """Stop the window growing; events up to ``now_ns`` still belong to it. Its id (None: unknown call)."""

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TextIO
 
 from mcpfault.errors import UsageError
 from mcpfault.probe import protocol
-from mcpfault.probe.protocol import CallWindows, Control, ControlError
+from mcpfault.probe.protocol import CallWindows, ControlLine, ControlLineError
 
 TRIGGERS = ("startup", "scope", "begin", "end")
 
@@ -50,7 +50,7 @@ class Backend(Protocol):
         """Attach; the fields of the ``ready`` status (the backend writes its start-up events after)."""
         ...
 
-    def scope(self, control: Control) -> None: ...
+    def scope(self, control: ControlLine) -> None: ...
 
     def begin(self, call_id: str, tool: str | None) -> None: ...
 
@@ -74,7 +74,7 @@ def run(backend: Backend, stdin: TextIO, stdout: TextIO) -> int:
                 continue
             try:
                 control = protocol.parse_control(line)
-            except ControlError as exc:
+            except ControlLineError as exc:
                 out.write(protocol.status("parse_error", protocol.BUCKET_AMBIENT, error=str(exc)))
                 continue
             if control.op == "shutdown":
@@ -148,7 +148,7 @@ class FakeBackend:
     def after_ready(self) -> None:
         self._fire("startup", None, bucket=protocol.BUCKET_STARTUP)
 
-    def scope(self, control: Control) -> None:
+    def scope(self, control: ControlLine) -> None:
         self._windows.scope(control.generation)
         self._out.write(
             protocol.status("scope", protocol.BUCKET_AMBIENT, pgid=control.pgid, generation=control.generation)

@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from mcpfault.protocol.jsonlines import dumps_line, read_jsonl
+from mcpfault.telemetry import names
 
 START_EVENT = "proxy_started"
 # Each launch's last line, written after every other record of it has been flushed: a launch without
 # one was killed (SIGKILL, OOM) or crashed, and may have lost the records of requests in flight.
 STOP_EVENT = "proxy_stopped"
-# The supervised server's lifecycle (proxy/supervisor.py's ServerEvents): a death, a new generation
-# started, and the first answer after a restart (with the downtime since the death).
-SERVER_EXITED = "server_exited"
-SERVER_RESTARTED = "server_restarted"
-SERVER_BACK = "server_back"
+# The supervised server's lifecycle names live with the other telemetry names, where the analysis
+# (which imports no transport) reads them too.
+SERVER_EXITED = names.SERVER_EXITED
+SERVER_RESTARTED = names.SERVER_RESTARTED
+SERVER_BACK = names.SERVER_BACK
 SERVER_EVENTS = (SERVER_EXITED, SERVER_RESTARTED, SERVER_BACK)
-OWN_EXIT = "none"  # the cause of a death no fault caused (also the fault_type label of crashes_total)
+OWN_EXIT = names.OWN_EXIT
 
 
 class EventSink(Protocol):

@@ -30,7 +30,7 @@ from yarl import URL
 
 from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpBehaviour
-from mcpfault.loopback import require_token_beyond_loopback
+from mcpfault.loopback import parse_host_port, require_token_beyond_loopback
 from mcpfault.protocol import headers as mirrored
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
@@ -51,7 +51,7 @@ from mcpfault.proxy.http_exchange import (
 )
 from mcpfault.proxy.http_process import HttpServerProcess
 from mcpfault.proxy.http_sessions import Sessions
-from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioBridge
+from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioServerBridge
 from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.replies import server_down_reply, server_gone_reply
 from mcpfault.proxy.supervised import ServerDown
@@ -75,15 +75,8 @@ class ListenAddress:
 
 
 def parse_listen(value: str) -> ListenAddress:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) or a bare ``PORT`` on 127.0.0.1."""
-    text = value.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", text
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise UsageError(f"--listen {value!r}: expected HOST:PORT with a port 0-65535, e.g. 127.0.0.1:8080")
-    return ListenAddress(host, int(port_text))
+    """``HOST:PORT``, ``[::1]:PORT`` for IPv6, or a bare ``PORT`` on 127.0.0.1 (``loopback.parse_host_port``)."""
+    return ListenAddress(*parse_host_port(value, "--listen"))
 
 
 def parse_upstream(value: str) -> URL:
@@ -309,7 +302,7 @@ class HttpProxy:
         answer: UpstreamAnswer
         bridge = await self._bridge.bridge_for(upstream.data) if self._bridge is not None else None
         # The server the proxy started, whichever transport it speaks: what process faults act on.
-        owned: StdioBridge | HttpServerProcess | None = bridge or self._process
+        owned: StdioServerBridge | HttpServerProcess | None = bridge or self._process
         if upstream.process is not None and owned is not None:
             # A process fault, performed before the request goes out (a stall stops the server first).
             if upstream.process.before_request:
@@ -409,7 +402,7 @@ class HttpProxy:
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
 
-    async def _killed_before(self, exchange: Exchange, owned: StdioBridge | HttpServerProcess) -> web.Response:
+    async def _killed_before(self, exchange: Exchange, owned: StdioServerBridge | HttpServerProcess) -> web.Response:
         """The server was killed before it saw the request: the client learns what became of the server."""
         await owned.until_back()
         exited = owned.exit_code

@@ -25,6 +25,8 @@ import httptools
 import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from mcpfault.errors import MCPFaultError
+
 log = structlog.get_logger("mcpfault.proxy")
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -32,7 +34,7 @@ KEEPALIVE_S = 75.0  # an idle connection, and a request still arriving, get this
 MAX_PIPELINED = 16  # requests read ahead of their answers; then the connection is not read until they drain
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(MCPFaultError):
     """The request body is larger than the server accepts."""
 
 

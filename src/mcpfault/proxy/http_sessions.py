@@ -31,7 +31,7 @@ ObserversFor = Callable[[str | None], Sequence[RequestObserver]]
 
 
 @dataclass(slots=True)
-class Session:
+class HttpSession:
     engine: Engine
     core: ProxyCore
 
@@ -60,7 +60,7 @@ class Sessions:
         self._observers_for = observers_for
         self._propagate = propagate
         self._max_sessions = max_sessions
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._sessions: OrderedDict[str, HttpSession] = OrderedDict()
         self._sessionless = Engine(profile, transport=HTTP, live=self.live, owns_process=owns_process)
         self._sessionless_observers = observers_for(None)
         self._retired: Counter[str] = Counter()  # matched counts of forgotten sessions' rules
@@ -94,7 +94,7 @@ class Sessions:
             epoch=self.epoch,
         )
 
-    def session(self, session_id: str, era: EraTracker | None = None) -> Session:
+    def session(self, session_id: str, era: EraTracker | None = None) -> HttpSession:
         """The session's core, created on first sight (from the handshake's era when there is one)."""
         found = self._sessions.get(session_id)
         if found is not None:
@@ -117,7 +117,7 @@ class Sessions:
             era=era if era is not None else EraTracker(),
             epoch=self.epoch,
         )
-        created = self._sessions[session_id] = Session(engine, core)
+        created = self._sessions[session_id] = HttpSession(engine, core)
         self.sessions_started += 1
         if len(self._sessions) > self._max_sessions:
             _, oldest = self._sessions.popitem(last=False)
@@ -160,7 +160,7 @@ class Sessions:
         if era.protocol_version is not None:
             self.era = era
 
-    def _retire(self, session: Session) -> None:
+    def _retire(self, session: HttpSession) -> None:
         for name, matched, injected in session.engine.counters():
             self._retired[name] += matched
             self._retired_injected[name] += injected

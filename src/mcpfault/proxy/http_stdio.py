@@ -51,7 +51,7 @@ SESSION_HEADER = "Mcp-Session-Id"
 class BridgeAnswer:
     """What the server sends for one request, as an SSE stream that ends with the answer."""
 
-    def __init__(self, bridge: StdioBridge, upstream_id: int | None, status: int = 200) -> None:
+    def __init__(self, bridge: StdioServerBridge, upstream_id: int | None, status: int = 200) -> None:
         self.status = status
         content_type = "text/event-stream" if upstream_id is not None else "application/json"
         self.headers: CIMultiDict[str] = CIMultiDict({"Content-Type": content_type})
@@ -87,7 +87,7 @@ class BridgeAnswer:
         self._bridge.forget(self._upstream_id)
 
 
-class StdioBridge(SupervisedServer):
+class StdioServerBridge(SupervisedServer):
     def __init__(
         self,
         command: Sequence[str],

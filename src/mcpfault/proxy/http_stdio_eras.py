@@ -9,7 +9,7 @@ start is refused there, and neither era's first request waits for a cold start).
 ``notifications/initialized`` are 2025-11-25; what carries none (an answer to the server's own
 request, a plain notification) goes to the server of the latest request.
 
-The router has the interface of one ``StdioBridge`` (start, post, wait, stop, label), so the HTTP proxy
+The router has the interface of one ``StdioServerBridge`` (start, post, wait, stop, label), so the HTTP proxy
 sees one upstream; the proxy ends, with that server's status, when either server exits.
 """
 
@@ -24,7 +24,7 @@ from mcpfault.faults.profile import ServerSettings
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy.http_stdio import BridgeAnswer, StdioBridge
+from mcpfault.proxy.http_stdio import BridgeAnswer, StdioServerBridge
 from mcpfault.proxy.supervisor import ProcessOps, ServerObserver, StartHook, Supervisor
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
@@ -45,13 +45,13 @@ class EraRouter:
         self._kill_timeout_s = kill_timeout_s
         self._settings = settings
         self._observers = tuple(observers)
-        self._bridges: dict[Era, StdioBridge] = {}
+        self._bridges: dict[Era, StdioServerBridge] = {}
         self._starting = asyncio.Lock()
         self._watchers: list[asyncio.Task[None]] = []
         self._exited: asyncio.Event | None = None
         self._exit_code = 0
         self._latest = Era.LEGACY
-        self.label = StdioBridge(self._command).label
+        self.label = StdioServerBridge(self._command).label
 
     @property
     def started(self) -> tuple[Era, ...]:
@@ -69,7 +69,7 @@ class EraRouter:
         await self._bridge(Era.LEGACY)
         await self._bridge(Era.MODERN)
 
-    async def bridge_for(self, data: bytes) -> StdioBridge:
+    async def bridge_for(self, data: bytes) -> StdioServerBridge:
         """The server of the era ``data`` belongs to (a process fault acts on it, the message goes to it)."""
         message = jsonrpc.parse(data)
         era = _era_of(message) or self._latest
@@ -93,13 +93,13 @@ class EraRouter:
         for watcher in self._watchers:
             await watcher
 
-    async def _bridge(self, era: Era) -> StdioBridge:
+    async def _bridge(self, era: Era) -> StdioServerBridge:
         bridge = self._bridges.get(era)
         if bridge is not None:
             return bridge
         async with self._starting:
             if era not in self._bridges:
-                bridge = StdioBridge(
+                bridge = StdioServerBridge(
                     self._command,
                     kill_timeout_s=self._kill_timeout_s,
                     settings=self._settings,
@@ -116,7 +116,7 @@ class EraRouter:
                 self._watchers.append(asyncio.create_task(self._watch(bridge)))
         return self._bridges[era]
 
-    async def _watch(self, bridge: StdioBridge) -> None:
+    async def _watch(self, bridge: StdioServerBridge) -> None:
         code = await bridge.wait()
         assert self._exited is not None
         if not self._exited.is_set():

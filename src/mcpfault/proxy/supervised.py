@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.proxy.supervisor import Later, ServerDeath, Supervisor
 
 
-class ServerDown(ConnectionError):
+class ServerDown(MCPFaultError, ConnectionError):
     """A request waited for a restarting server longer than ``hold_s``."""
 
     def __init__(self, message: str, hold_s: float) -> None:

@@ -22,19 +22,21 @@ import httptools
 from multidict import CIMultiDict
 from yarl import URL
 
+from mcpfault.errors import MCPFaultError
+
 # Pause reading from the server above this many unread bytes; resume below the low mark.
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 
 
-class UpstreamBroke(ConnectionError):
+class UpstreamBroke(MCPFaultError, ConnectionError):
     """The connection to the server ended before its answer did."""
 
 
 class UpstreamResponse:
     """One answer: status and headers once they arrived, then the body as it comes."""
 
-    def __init__(self, connection: _Connection, method: str) -> None:
+    def __init__(self, connection: _UpstreamConnection, method: str) -> None:
         self.status = 0
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.content = self
@@ -133,7 +135,7 @@ class UpstreamResponse:
         self._connection.done(reusable=False)
 
 
-class _Connection(asyncio.Protocol):
+class _UpstreamConnection(asyncio.Protocol):
     def __init__(self, pool: UpstreamPool) -> None:
         self._pool = pool
         self._transport: asyncio.Transport | None = None
@@ -247,8 +249,8 @@ class UpstreamPool:
         self._connect_timeout_s = connect_timeout_s
         self._max = max_connections
         self._open = 0
-        self._idle: list[_Connection] = []
-        self._busy: set[_Connection] = set()
+        self._idle: list[_UpstreamConnection] = []
+        self._busy: set[_UpstreamConnection] = set()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
@@ -289,7 +291,7 @@ class UpstreamPool:
                 raise
         raise AssertionError("unreachable")
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> _UpstreamConnection:
         while True:
             if self._closed:
                 raise UpstreamBroke("the proxy is shutting down")
@@ -311,13 +313,13 @@ class UpstreamPool:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> _UpstreamConnection:
         self._open += 1
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(self),
+                    lambda: _UpstreamConnection(self),
                     self._host,
                     self._port,
                     ssl=self._ssl,
@@ -333,7 +335,7 @@ class UpstreamPool:
         self._busy.add(connection)
         return connection
 
-    def give_back(self, connection: _Connection, *, reusable: bool) -> None:
+    def give_back(self, connection: _UpstreamConnection, *, reusable: bool) -> None:
         if not connection.busy:
             return
         connection.busy = False
@@ -345,14 +347,14 @@ class UpstreamPool:
         connection.abort()
         self._forget(connection)
 
-    def lost(self, connection: _Connection) -> None:
+    def lost(self, connection: _UpstreamConnection) -> None:
         """The server closed a connection; an idle one leaves the pool now, a busy one when given back."""
         if not connection.busy:
             if connection in self._idle:
                 self._idle.remove(connection)
             self._forget(connection)
 
-    def _forget(self, connection: _Connection) -> None:
+    def _forget(self, connection: _UpstreamConnection) -> None:
         if connection.counted:
             connection.counted = False
             self._open -= 1

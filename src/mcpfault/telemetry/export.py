@@ -46,6 +46,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from mcpfault.errors import MCPFaultError
 from mcpfault.telemetry import otel_env
 from mcpfault.telemetry.logging import redact_text
 from mcpfault.telemetry.otel_env import OtelConfigError, OtlpExport, redact_userinfo
@@ -60,7 +61,7 @@ _MAX_ERRORS: Final = 10  # failure messages kept in the summary
 _NON_PRINTABLE: Final = re.compile(r"[^\x20-\x7e]+")
 
 
-class ExportError(RuntimeError):
+class ExportError(MCPFaultError, RuntimeError):
     """The export stopped: the endpoint is unreachable or refuses everything, or there is nothing to send.
 
     ``summary`` tells what was sent before it stopped (None when nothing was attempted).

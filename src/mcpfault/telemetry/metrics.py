@@ -17,13 +17,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
+from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
-from mcpfault.loopback import require_token_beyond_loopback
+from mcpfault.loopback import check_http_url, parse_host_port, require_token_beyond_loopback
 from mcpfault.telemetry import names
 from mcpfault.telemetry.tallies import CounterChild, HistogramChild, Tallies
 
@@ -57,9 +56,6 @@ class _Metrics:
 
     def _counter(self, name: str, documentation: str, labels: Sequence[str]) -> Counter:
         return Counter(name, documentation, labels, registry=self.registry)
-
-    def _gauge(self, name: str, documentation: str, labels: Sequence[str]) -> Gauge:
-        return Gauge(name, documentation, labels, registry=self.registry)
 
     def _histogram(self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
         return Histogram(name, documentation, labels, registry=self.registry, buckets=buckets)
@@ -303,11 +299,7 @@ class HarnessMetrics(_Metrics):
         Raises ``ValueError`` for a URL that is not http(s) and ``OSError`` (``URLError``) when the
         gateway cannot be reached or refuses the push.
         """
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"Pushgateway URL {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:9091"
-            )
+        check_http_url(url, "Pushgateway URL", "e.g. http://127.0.0.1:9091")
         push_to_gateway(url, job=job, registry=self.registry, grouping_key=dict(grouping or {}), timeout=timeout_s)
 
 
@@ -315,30 +307,8 @@ class HarnessMetrics(_Metrics):
 
 
 def parse_metrics_addr(addr: str, flag: str = "--metrics-addr") -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1) as (host, port); errors name ``flag``."""
-    text = addr.strip()
-    hint = "give HOST:PORT, for example 127.0.0.1:9464 (or :9464 for loopback, [::1]:9464 for IPv6)"
-    if "://" in text:
-        raise ValueError(f"{flag} {addr!r} is a URL; {hint}, without a scheme or path")
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text:
-        raise ValueError(f"{flag} {addr!r} has no port; {hint}")
-    if host.startswith("["):
-        if not host.endswith("]"):
-            raise ValueError(f"{flag} {addr!r} has an unclosed '[' around its IPv6 host; {hint}")
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"{flag} {addr!r}: an IPv6 host needs brackets; {hint}")
-    if not port_text.isdigit():
-        raise ValueError(f"{flag} {addr!r}: port {port_text!r} is not a number; {hint}")
-    port = int(port_text)
-    if port > 65535:
-        raise ValueError(f"{flag} {addr!r}: port {port} is above 65535; {hint}")
-    if not host:
-        host = "127.0.0.1"
-    if any(c.isspace() or c in "/?#@" for c in host):
-        raise ValueError(f"{flag} {addr!r}: {host!r} is not a host name or address; {hint}")
-    return host, port
+    """``HOST:PORT`` as (host, port), by the one rule of every listener (``loopback.parse_host_port``)."""
+    return parse_host_port(addr, flag, "127.0.0.1:9464")
 
 
 class MetricsServer:

@@ -66,6 +66,13 @@ FINDING_SEVERITY: Final = "mcpfault.finding.severity"  # low, medium, high, crit
 FINDING_DETAIL: Final = "mcpfault.finding.detail"
 DUPLICATE_ORIGINAL_CALL_ID: Final = "mcpfault.duplicate.original_call_id"  # the lost call this one repeated
 
+# --- events.jsonl: the supervised server's lifecycle (proxy/supervisor.py's ServerEvents) -----------
+# A death, a new generation started, and the first answer after a restart (with the downtime since the death).
+SERVER_EXITED: Final = "server_exited"
+SERVER_RESTARTED: Final = "server_restarted"
+SERVER_BACK: Final = "server_back"
+OWN_EXIT: Final = "none"  # the cause of a death no fault caused (also the fault_type label of crashes_total)
+
 # --- Span events: the proxy's phases within one request span -----------------------------------
 EVENT_UPSTREAM_SENT: Final = "upstream.sent"
 EVENT_UPSTREAM_RECEIVED: Final = "upstream.received"

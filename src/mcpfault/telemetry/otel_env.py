@@ -16,12 +16,14 @@ Import-light on purpose: the untraced proxy reads this on every start.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlunsplit
+
+from mcpfault.errors import MCPFaultError
+from mcpfault.loopback import UrlError, check_http_url, hide_credentials
 
 Protocol = Literal["http/protobuf", "http/json"]
 SamplerName = Literal[
@@ -70,7 +72,7 @@ DEFAULT_TIMEOUT_S: Final = 10.0  # the specification's default, 10000 ms
 _TRUE: Final = frozenset({"true"})  # the specification: only "true", case-insensitive, means true
 _PROPAGATORS_OK: Final = frozenset({"tracecontext", "baggage"})  # what crosses the proxy in params._meta
 TRACES_PATH: Final = "v1/traces"
-_USERINFO: Final = re.compile(r"//[^/@]*@")  # credentials in a URL, kept out of every message
+COLLECTOR_EXAMPLE: Final = "the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
 
 # Known, and of no concern to a proxy's traces: named once at start as ignored, never an error.
 IGNORED: Final[Mapping[str, str]] = {
@@ -94,7 +96,7 @@ _IGNORED_PREFIXES: Final = (
 )
 
 
-class OtelConfigError(ValueError):
+class OtelConfigError(MCPFaultError, ValueError):
     """An ``OTEL_*`` value mcpfault cannot honour: names the variable, the value and what is accepted."""
 
 
@@ -156,10 +158,6 @@ class OtelSettings:
     sampler: Sampler = Sampler()
     propagate: bool = True  # False for OTEL_PROPAGATORS=none
     ignored: tuple[tuple[str, str], ...] = ()  # (variable, why) set in the environment but not read
-
-    @property
-    def endpoint_given(self) -> bool:
-        return self.export is not None
 
 
 def read(otlp_endpoint: str | None = None, environ: Mapping[str, str] | None = None) -> OtelSettings:
@@ -227,9 +225,7 @@ def with_traces_path(endpoint: str, where: str = "OTLP endpoint") -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def redact_userinfo(text: str) -> str:
-    """``text`` with the credentials of any URL in it (``//user:pass@``) replaced by ``//***@``."""
-    return _USERINFO.sub("//***@", text)
+redact_userinfo = hide_credentials  # the one helper (loopback.py), by the name telemetry's callers use
 
 
 def parse_headers(raw: str) -> dict[str, str]:
@@ -269,13 +265,10 @@ def _otlp(env: Mapping[str, str], setting: str) -> tuple[str, str]:
 
 
 def _check_url(endpoint: str, where: str) -> SplitResult:
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OtelConfigError(
-            f"{where} {redact_userinfo(endpoint)!r} is not an http(s) URL with a host; "
-            "give the collector's OTLP/HTTP address, for example http://127.0.0.1:4318"
-        )
-    return parts
+    try:
+        return check_http_url(endpoint, where, COLLECTOR_EXAMPLE)
+    except UrlError as exc:
+        raise OtelConfigError(str(exc)) from None
 
 
 def otlp_export(url: str, environ: Mapping[str, str] | None = None) -> OtlpExport:

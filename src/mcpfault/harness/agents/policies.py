@@ -6,8 +6,10 @@
 - ``resilient``: retries, plus validation against the tool's outputSchema (and of a resource's JSON
   contents), a freshness check on ``as_of`` (of tool answers and resources alike), schema
   reconciliation, idempotency keys on non-idempotent writes, retrying a write only when that is
-  safe, a circuit breaker and a per-session retry budget. Each mechanism can be switched off by
-  name (``resilient-no-freshness``, ...) to show what it buys.
+  safe, a circuit breaker, a per-session retry budget, and verification: a value a read answers is
+  compared with a second source that also says it, and a disagreement read again (``verify``,
+  harness/agents/verify.py). Each mechanism can be switched off by name (``resilient-no-freshness``,
+  ``resilient-no-verify``, ...) to show what it buys.
 
 Every task has a deadline (``--task-deadline-s``, ``DEFAULT_TASK_DEADLINE_S``): no agent sends an
 attempt once too little of it is left, and each attempt's own deadline is cut to what is left.
@@ -46,12 +48,12 @@ from mcpfault.errors import (
     TransportFailure,
     UsageError,
 )
-from mcpfault.harness.agents import schema
-from mcpfault.harness.agents.tasks import TaskSpec
+from mcpfault.harness.agents import schema, verify
+from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec
 from mcpfault.harness.client import StdioClient
 from mcpfault.protocol import jsonrpc
 
-MECHANISMS = ("retries", "validation", "freshness", "reconcile", "idempotency", "breaker", "budget")
+MECHANISMS = ("retries", "validation", "freshness", "reconcile", "idempotency", "breaker", "budget", "verify")
 # JSON-RPC errors worth another try: internal errors, and the proxy's "upstream unavailable".
 TRANSIENT_CODES = frozenset({jsonrpc.INTERNAL_ERROR, jsonrpc.UPSTREAM_UNAVAILABLE, -32001})
 
@@ -108,6 +110,7 @@ class ToolInfo:
 @dataclass
 class TaskStats:
     calls: int = 0  # logical calls the task code made
+    verify_reads: int = 0  # reads verification added: second sources read, answers read again
     first_fault_at: float | None = None
 
 
@@ -313,6 +316,8 @@ class Resilient(RetryOnly):
     max_backoff_s = 0.5
     max_retry_after_s = 30.0  # a longer Retry-After ends the call: waiting that long is giving up
     max_handshakes = 4  # tries of a new session's initialize
+    # After a disagreement, how often both sources are read again before the answer is refused.
+    verify_rounds = 2
 
     def __init__(
         self,
@@ -334,11 +339,20 @@ class Resilient(RetryOnly):
         self.breaker = Breaker(clock=clock)
         self.budget = Budget()
         self._keys = 0
+        # This task's read answers by call (the second sources verification compares with), and the
+        # highest attempt number sent per call, so a re-read goes as the call's next attempt.
+        self._answers: dict[tuple[str, str], Any] = {}
+        self._tries: dict[tuple[str, str], int] = {}
         if disabled:
             self.name = "resilient-" + "-".join(f"no-{m}" for m in sorted(disabled))
 
     async def start(self) -> None:
         await self._refresh_tools()
+
+    def begin_task(self, spec: TaskSpec) -> None:
+        super().begin_task(spec)
+        self._answers.clear()
+        self._tries.clear()
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
         self.stats.calls += 1
@@ -357,8 +371,73 @@ class Resilient(RetryOnly):
             renamed = exc.code == jsonrpc.INVALID_PARAMS and "reconcile" in self.enabled and attempt < attempts - 1
             return renamed and await self._reconcile_input(tool)
 
-        return await self._guarded(
+        result = await self._guarded(
             lambda n, slept: self._attempt(tool, self._renamed_args(tool, args), n, slept), safe, reconciled
+        )
+        if info is None or not info.read_only:
+            self._answers.clear()  # a write (or a call we know nothing of) may change what earlier reads said
+            return result
+        if "verify" in self.enabled:
+            result = await self._verified(tool, args, result)
+        self._answers[verify.call_key(tool, args)] = result
+        return result
+
+    def _sent(self, tool: str, args: Mapping[str, Any]) -> int:
+        """Attempts this task already sent for the call: verification's re-read goes on from there (the
+        task code's own second call of the same read starts at 1 again, as it would without a fault)."""
+        return self._tries.get(verify.call_key(tool, self._renamed_args(tool, args)), 0)
+
+    async def _verified(self, tool: str, args: Mapping[str, Any], result: Any) -> Any:
+        """``result``, once every second source that says the values the task reads agrees with it; after a
+        disagreement both are read again (the call as its next attempt: the agent acted), and when they
+        still disagree after ``verify_rounds`` the answer is refused (Inconsistent)."""
+        reads = FIELDS_READ.get(self.task.workflow, {}).get(tool, frozenset()) if self.task is not None else None
+        checks = verify.checks_for(tool, reads)
+        for round_ in range(self.verify_rounds + 1):
+            problems: list[str] = []
+            for check in checks if isinstance(result, dict) else ():
+                source = check.source(args, result)
+                other = None if source is None else await self._source_answer(source, again=round_ > 0)
+                if isinstance(other, dict):
+                    problems += check.compare(result, other)
+            if not problems:
+                return result
+            if round_ == self.verify_rounds:
+                raise verify.Inconsistent(f"{tool}: {'; '.join(problems)}")
+            result = await self._read_again(tool, args)
+        raise AssertionError("unreachable")
+
+    async def _source_answer(self, source: verify.Source, *, again: bool) -> Any:
+        """The second source's answer: the one this task already read, else read now (when the check
+        fetches); ``again``: read it afresh. None when it cannot be had (verifying is best effort)."""
+        key = source.key
+        if key in self._answers and not again:
+            return self._answers[key]
+        offered = source.uri is not None or source.tool in self.tools
+        if not offered or (key not in self._answers and not source.fetch):
+            return None
+        self.stats.calls += 1
+        self.budget.calls += 1
+        try:
+            if source.uri is not None:
+                uri, sent = source.uri, self._tries.get(key, 0)
+                self.stats.verify_reads += 1
+                answer = await self._guarded(lambda n, slept: self._read_attempt(uri, n + sent, slept))
+            else:
+                answer = await self._read_again(source.tool, source.arguments)
+        except TaskDeadlineExceeded:
+            raise
+        except CallError:
+            return None  # the second source failed: the answer stands unchecked, as without verify
+        self._answers[key] = answer
+        return answer
+
+    async def _read_again(self, tool: str, args: Mapping[str, Any]) -> Any:
+        """One more read of a call for verification, numbered after the attempts the task already sent."""
+        self.stats.verify_reads += 1
+        sent = self._sent(tool, args)
+        return await self._guarded(
+            lambda n, slept: self._attempt(tool, self._renamed_args(tool, args), n + sent, slept)
         )
 
     async def backoff(self, attempt: int, exc: CallError | None = None) -> float:
@@ -457,6 +536,8 @@ class Resilient(RetryOnly):
         raise AssertionError("unreachable")
 
     async def _read_attempt(self, uri: str, number: int, backoff_s: float) -> Any:
+        key = ("resources/read", uri)
+        self._tries[key] = max(self._tries.get(key, 0), number)
         content = await self.client.read_resource(
             uri, deadline_s=self.call_deadline_s(), attempt=number, backoff_s=backoff_s
         )
@@ -485,6 +566,8 @@ class Resilient(RetryOnly):
         return transient and safe
 
     async def _attempt(self, tool: str, args: Mapping[str, Any], number: int, backoff_s: float) -> Any:
+        key = verify.call_key(tool, args)
+        self._tries[key] = max(self._tries.get(key, 0), number)
         result = await self.client.call_tool(
             tool, args, deadline_s=self.call_deadline_s(), attempt=number, backoff_s=backoff_s
         )
@@ -568,6 +651,14 @@ class Resilient(RetryOnly):
 AGENT_NAMES = ("naive", "retry-only", "resilient", *(f"resilient-no-{m}" for m in MECHANISMS))
 
 
+def disabled_mechanisms(name: str) -> frozenset[str] | None:
+    """The mechanisms ``resilient-no-a[-no-b...]`` switches off, or None when ``name`` is no such ablation."""
+    if not name.startswith("resilient-no-"):
+        return None
+    parts = name.removeprefix("resilient-no-").split("-no-")
+    return frozenset(parts) if all(part in MECHANISMS for part in parts) else None
+
+
 def make_agent(
     name: str, client: StdioClient, rng: random.Random, task_deadline_s: float = DEFAULT_TASK_DEADLINE_S
 ) -> Agent:
@@ -577,12 +668,17 @@ def make_agent(
         return RetryOnly(client, rng, task_deadline_s=task_deadline_s)
     if name == "resilient":
         return Resilient(client, rng, task_deadline_s=task_deadline_s)
-    if name.startswith("resilient-no-") and name.removeprefix("resilient-no-") in MECHANISMS:
-        return Resilient(client, rng, frozenset({name.removeprefix("resilient-no-")}), task_deadline_s=task_deadline_s)
-    raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+    disabled = disabled_mechanisms(name)
+    if disabled:
+        return Resilient(client, rng, disabled, task_deadline_s=task_deadline_s)
+    raise UsageError(
+        f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
+    )
 
 
 def check_agent_name(name: str) -> str:
-    if name not in AGENT_NAMES:
-        raise UsageError(f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)}")
+    if name not in AGENT_NAMES and not disabled_mechanisms(name):
+        raise UsageError(
+            f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
+        )
     return name

@@ -15,11 +15,9 @@ from mcpfault.errors import UsageError
 from mcpfault.harness.agents.llm.backend import (
     ChatRequest,
     ChatResponse,
-    ModelMalformed,
-    ModelRetryable,
-    ModelUnavailable,
     parse_response,
     provider_of,
+    sdk_error,
 )
 
 if TYPE_CHECKING:
@@ -27,7 +25,6 @@ if TYPE_CHECKING:
 
 KEY_VARIABLES: Final = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 INSTALL_HINT: Final = "pip install 'mcpfault[llm]' (or pip install anthropic)"
-RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
 def check_available(*, need_key: bool = True) -> None:
@@ -66,54 +63,12 @@ class AnthropicBackend:
                 tools=body["tools"],
             )
             data: Any = raw.http_response.json()
-        except sdk.APIStatusError as exc:
-            raise _status_error(exc) from None
-        except sdk.APITimeoutError:
-            raise ModelRetryable(
-                "the model API did not answer in time", status=None, error_type="timeout", retry_after_s=None
-            ) from None
-        except sdk.APIConnectionError as exc:
-            raise ModelRetryable(
-                f"cannot reach the model API ({exc})", status=None, error_type="connection_error", retry_after_s=None
-            ) from None
-        except sdk.APIResponseValidationError as exc:
-            raise ModelMalformed(f"the model API's answer is not valid ({exc})") from None
-        except ValueError as exc:  # a 2xx body that is not JSON
-            raise ModelMalformed(f"the model API's answer is not JSON ({exc})") from None
+        except Exception as exc:
+            mapped = sdk_error(sdk, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         return parse_response(data)
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _status_error(exc: anthropic.APIStatusError) -> ModelRetryable | ModelUnavailable:
-    status = exc.status_code
-    error_type, message = _error_body(exc.body)
-    text = f"the model API answered {status} {error_type}: {message}"
-    if status in RETRYABLE_STATUS:
-        return ModelRetryable(
-            text, status=status, error_type=error_type, retry_after_s=retry_after(exc.response.headers)
-        )
-    return ModelUnavailable(text)
-
-
-def _error_body(body: object) -> tuple[str, str]:
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("type", "error")), str(error.get("message", ""))[:300]
-    return "error", str(body)[:300]
-
-
-def retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds; an HTTP date is not waited for)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            continue
-        if seconds >= 0:
-            return seconds
-    return None

@@ -62,6 +62,63 @@ class ReplayMissing(ModelError):
     failure = "replay_missing"
 
 
+# Statuses worth another try (Anthropic's 529 is "overloaded"); a provider may say any 5xx is transient.
+RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+def sdk_error(sdk: Any, exc: Exception, *, any_5xx: bool = False) -> ModelError | None:
+    """The model error for what a Stainless-made SDK raised (``anthropic`` and ``openai`` share the
+    exception classes: a status, a timeout, no connection, an invalid answer), or a 2xx body that is not
+    JSON (``ValueError``); None for anything else. The one mapper both backends use."""
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        error_type, message = error_of(exc.body)
+        text = f"the model API answered {status} {error_type}: {message}"
+        if status in RETRYABLE_STATUS or (any_5xx and status >= 500):
+            return ModelRetryable(
+                text, status=status, error_type=error_type, retry_after_s=retry_after(exc.response.headers)
+            )
+        return ModelUnavailable(text)
+    if isinstance(exc, sdk.APITimeoutError):  # before APIConnectionError, whose subclass it is
+        return ModelRetryable(
+            "the model API did not answer in time", status=None, error_type="timeout", retry_after_s=None
+        )
+    if isinstance(exc, sdk.APIConnectionError):
+        return ModelRetryable(
+            f"cannot reach the model API ({exc})", status=None, error_type="connection_error", retry_after_s=None
+        )
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return ModelMalformed(f"the model API's answer is not valid ({exc})")
+    if isinstance(exc, ValueError):
+        return ModelMalformed(f"the model API's answer is not JSON ({exc})")
+    return None
+
+
+def error_of(body: object) -> tuple[str, str]:
+    """(type, message) of an error body: Anthropic's ``{"type": "error", "error": {...}}``, OpenAI's
+    ``{"error": {"type", "code", "message"}}``, or the inner object alone (an SDK may hand over that)."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type") or error.get("code") or "error"
+        return str(kind), str(error.get("message", ""))[:300]
+    return "error", str(body)[:300]
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds; an HTTP date is not waited for)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One Messages API request body."""

@@ -10,7 +10,11 @@ Behaviours (the ``fake-<behaviour>`` model names of ``--model``):
 
 - ``careful``: repeats a call that failed (up to 3 times), finds renamed fields and arguments by
   their meaning; only when the system prompt warns that the connection is unreliable does it use
-  idempotency keys on writes and re-read when ``as_of`` went backwards. What a good model might do.
+  idempotency keys on writes and re-read when ``as_of`` went backwards; only when the prompt's hints
+  carry the verification sentence (``prompts.VERIFY_HINT``) does it cross-check a value with a second
+  tool (a device's status against ``list_devices``, interface counts against ``get_device_status``,
+  maintenance against ``get_site``), read both again on a disagreement, and report failure when they
+  still disagree. What a good model might do.
 - ``recovers``: careful, and always uses keys and checks ``as_of``.
 - ``gives-up``: reports failure at the first error.
 - ``trusting``: repeats failed calls, but reads fields by the names it expects, trusts any answer
@@ -42,6 +46,7 @@ BEHAVIOURS: Final = ("careful", "recovers", "gives-up", "trusting", "repeats-wri
 # OpenAI Chat Completions, with and without the /v1 a client's base URL may carry.
 CHAT_PATHS: Final = ("/v1/chat/completions", "/chat/completions")
 HINT_MARKER: Final = "unreliable"  # the reliability hints say the connection is unreliable
+VERIFY_MARKER: Final = "cross-check"  # the hints' verification sentence asks for a cross-check
 UNHEALTHY: Final = ("degraded", "down")
 MAX_REPEATS: Final = 3
 
@@ -54,10 +59,11 @@ class Style:
     keys: KeyUse  # idempotency keys on open_incident
     freshness: KeyUse  # re-read when as_of went backwards
     infer_renames: bool  # find a renamed field or argument by its meaning
+    verify: KeyUse = "never"  # cross-check a value with a second tool ("hints": when the prompt asks)
 
 
 STYLES: Final[dict[str, Style]] = {
-    "careful": Style(MAX_REPEATS, "hints", "hints", True),
+    "careful": Style(MAX_REPEATS, "hints", "hints", True, verify="hints"),
     "recovers": Style(MAX_REPEATS, "always", "always", True),
     "gives-up": Style(0, "never", "never", True),
     "trusting": Style(MAX_REPEATS, "never", "never", False),
@@ -114,6 +120,7 @@ class _Conversation:
     style: Style
     targets: list[str]
     hinted: bool
+    asked_to_verify: bool
     tools: dict[str, Mapping[str, Any]]
     steps: list[_Step]
     turn: int
@@ -121,6 +128,10 @@ class _Conversation:
     @property
     def keys(self) -> bool:
         return self.style.keys == "always" or (self.style.keys == "hints" and self.hinted)
+
+    @property
+    def verifies(self) -> bool:
+        return self.style.verify == "always" or (self.style.verify == "hints" and self.asked_to_verify)
 
     @property
     def fresh(self) -> bool:
@@ -179,14 +190,41 @@ def _site_triage(c: _Conversation) -> dict[str, Any]:
     unhealthy = []
     for device in listing.get("devices", []) if isinstance(listing, dict) else []:
         device_id = c.field(device, "device_id")
-        status = c.call("get_device_status", {c.arg("get_device_status", "device_id"): device_id})
-        if c.field(status, "status", ("ok", *UNHEALTHY)) in UNHEALTHY:
+        arguments = {c.arg("get_device_status", "device_id"): device_id}
+        status = c.field(c.call("get_device_status", arguments), "status", ("ok", *UNHEALTHY))
+        listed = c.field(device, "status", ("ok", *UNHEALTHY))
+        if c.verifies and status != listed:
+            # Two tools disagree: read the status again; if it still disagrees, read the listing again too.
+            status = c.field(c.call("get_device_status", arguments, again=1), "status", ("ok", *UNHEALTHY))
+            if status != listed:
+                again = c.call("list_devices", {c.arg("list_devices", "site_id"): site}, again=1)
+                devices = again.get("devices", []) if isinstance(again, dict) else []
+                entries = [d for d in devices if isinstance(d, dict) and c.field(d, "device_id") == device_id]
+                relisted = c.field(entries[0], "status", ("ok", *UNHEALTHY)) if entries else None
+                if relisted != status:
+                    reason = f"get_device_status says {device_id} is {status!r}, list_devices says {relisted!r}"
+                    raise _Need(_tool_use(c, "report_failure", {"reason": reason}))
+        if status in UNHEALTHY:
             unhealthy.append(device_id)
     return {"unhealthy_devices": sorted(unhealthy)}
 
 
+def _interface_counts(metrics: Any) -> tuple[int, int]:
+    interfaces = metrics.get("interfaces", []) if isinstance(metrics, dict) else []
+    return len(interfaces), sum(1 for i in interfaces if isinstance(i, dict) and i.get("oper_status") == "up")
+
+
 def _interface_check(c: _Conversation) -> dict[str, Any]:
-    metrics = c.call("get_interface_metrics", {c.arg("get_interface_metrics", "device_id"): c.targets[0]})
+    arguments = {c.arg("get_interface_metrics", "device_id"): c.targets[0]}
+    metrics = c.call("get_interface_metrics", arguments)
+    if c.verifies:
+        status = c.call("get_device_status", {c.arg("get_device_status", "device_id"): c.targets[0]})
+        said = (c.field(status, "interfaces_total"), c.field(status, "interfaces_up"))
+        if _interface_counts(metrics) != said:
+            metrics = c.call("get_interface_metrics", arguments, again=1)
+            if _interface_counts(metrics) != said:
+                reason = f"get_interface_metrics counts {_interface_counts(metrics)}, get_device_status {said}"
+                raise _Need(_tool_use(c, "report_failure", {"reason": reason}))
     hot = []
     for interface in metrics.get("interfaces", []) if isinstance(metrics, dict) else []:
         utilization = c.field(interface, "utilization_pct")
@@ -206,11 +244,21 @@ def _maintenance(c: _Conversation) -> dict[str, Any]:
     )
     floor = written.get("as_of", 0) if isinstance(written, dict) and c.fresh else 0
     status: Any = {}
+    arguments = {c.arg("get_device_status", "device_id"): device}
     for again in range(MAX_REPEATS + 1):
-        status = c.call("get_device_status", {c.arg("get_device_status", "device_id"): device}, again=again)
+        status = c.call("get_device_status", arguments, again=again)
         if not isinstance(status, dict) or _number(status.get("as_of")) >= _number(floor):
             break
     maintenance = c.field(status, "maintenance") if isinstance(status, dict) else None
+    if c.verifies and isinstance(maintenance, dict) and isinstance(status, dict):
+        site = c.call("get_site", {c.arg("get_site", "site_id"): c.field(status, "site_id")})
+        listed = device in (c.field(site, "devices_in_maintenance") or [])
+        if (maintenance.get("enabled") is True) != listed:
+            status = c.call("get_device_status", arguments, again=again + 1)
+            maintenance = c.field(status, "maintenance") if isinstance(status, dict) else None
+            if not isinstance(maintenance, dict) or (maintenance.get("enabled") is True) != listed:
+                reason = f"get_device_status and get_site disagree on whether {device} is in maintenance"
+                raise _Need(_tool_use(c, "report_failure", {"reason": reason}))
     if not isinstance(maintenance, dict):
         return {"confirmed": False}
     return {"confirmed": maintenance.get("enabled") is True and maintenance.get("reason") == reason}
@@ -285,9 +333,10 @@ def _read(style: Style, request: Mapping[str, Any]) -> _Conversation:
     tools: dict[str, Mapping[str, Any]] = {
         str(t["name"]): t for t in request.get("tools") or [] if isinstance(t, dict) and "name" in t
     }
-    hinted = HINT_MARKER in str(request.get("system", ""))
+    system = str(request.get("system", ""))
     turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
-    return _Conversation(style, re.findall(r"`([^`]+)`", text), hinted, tools, steps, turn)
+    targets = re.findall(r"`([^`]+)`", text)
+    return _Conversation(style, targets, HINT_MARKER in system, VERIFY_MARKER in system, tools, steps, turn)
 
 
 def _result_text(content: Any) -> str:

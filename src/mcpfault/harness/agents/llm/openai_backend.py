@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mcpfault.errors import UsageError
 from mcpfault.harness.agents.llm import openai_wire
-from mcpfault.harness.agents.llm.anthropic_backend import RETRYABLE_STATUS, retry_after
 from mcpfault.harness.agents.llm.backend import (
     ChatRequest,
     ChatResponse,
     ModelMalformed,
-    ModelRetryable,
-    ModelUnavailable,
     parse_response,
     provider_of,
+    sdk_error,
 )
 
 if TYPE_CHECKING:
@@ -75,20 +73,11 @@ class OpenAIBackend:
         try:
             raw = await self._client.chat.completions.with_raw_response.create(**chat)
             data: Any = raw.http_response.json()
-        except sdk.APIStatusError as exc:
-            raise _status_error(exc) from None
-        except sdk.APITimeoutError:
-            raise ModelRetryable(
-                "the model API did not answer in time", status=None, error_type="timeout", retry_after_s=None
-            ) from None
-        except sdk.APIConnectionError as exc:
-            raise ModelRetryable(
-                f"cannot reach the model API ({exc})", status=None, error_type="connection_error", retry_after_s=None
-            ) from None
-        except sdk.APIResponseValidationError as exc:
-            raise ModelMalformed(f"the model API's answer is not valid ({exc})") from None
-        except ValueError as exc:  # a 2xx body that is not JSON
-            raise ModelMalformed(f"the model API's answer is not JSON ({exc})") from None
+        except Exception as exc:
+            mapped = sdk_error(sdk, exc, any_5xx=True)
+            if mapped is None:
+                raise
+            raise mapped from None
         if not isinstance(data, dict):
             raise ModelMalformed(f"the model API's answer is a JSON {type(data).__name__}, not a chat completion")
         try:
@@ -99,23 +88,3 @@ class OpenAIBackend:
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _status_error(exc: openai.APIStatusError) -> ModelRetryable | ModelUnavailable:
-    status = exc.status_code
-    error_type, message = _error_body(exc.body)
-    text = f"the model API answered {status} {error_type}: {message}"
-    if status in RETRYABLE_STATUS or status >= 500:
-        return ModelRetryable(
-            text, status=status, error_type=error_type, retry_after_s=retry_after(exc.response.headers)
-        )
-    return ModelUnavailable(text)
-
-
-def _error_body(body: object) -> tuple[str, str]:
-    """OpenAI's ``{"error": {"type", "code", "message"}}``; the SDK may hand over the inner object only."""
-    error = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        kind = error.get("type") or error.get("code") or "error"
-        return str(kind), str(error.get("message", ""))[:300]
-    return "error", str(body)[:300]

@@ -26,12 +26,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from mcpfault.errors import MCPFaultError
+
 ERROR_PREFIX: Final = "ERROR: "
 _FINISH_TO_STOP: Final = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 _STOP_TO_FINISH: Final = {"tool_use": "tool_calls", "max_tokens": "length"}
 
 
-class WireError(ValueError):
+class WireError(MCPFaultError, ValueError):
     """A body that is not what its format says (a malformed answer)."""
 
 

@@ -22,6 +22,14 @@ SYSTEM: Final = (
     "with the reason instead of giving an answer you are not sure of."
 )
 
+# The verification sentence: an answer can be valid, fresh and still wrong (a plausible lie, faults/lie.py).
+VERIFY_HINT: Final = (
+    "An answer can also look right and be wrong: when another tool reports the same value (list_devices and "
+    "get_device_status both give a device's status; get_site counts a site's devices by status and lists those "
+    "in maintenance; get_device_status counts a device's interfaces), cross-check it, read both again when they "
+    "disagree, and report failure if they still do."
+)
+
 RELIABILITY_HINTS: Final = (
     "The connection to the tools is unreliable. A call can time out (a write that timed out may or may not "
     "have happened), fail with an error, return a corrupted answer, or return a stale one; the tools can also "
@@ -29,7 +37,8 @@ RELIABILITY_HINTS: Final = (
     "data it reflects, which grows by one with every change: a result whose `as_of` is lower than one you "
     "have already seen is stale, so read again. Writes that are not idempotent (open_incident) accept an "
     "`idempotency_key`: always pass one, and pass the same key when you retry, so a retry cannot create a "
-    "duplicate. Retry a failed read; check the tool list for renamed arguments and fields."
+    "duplicate. Retry a failed read; check the tool list for renamed arguments and fields. "
+    f"{VERIFY_HINT}"
 )
 
 _ANSWER_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
