@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -33,6 +32,7 @@ from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from mcpfault.api import _toml
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
 from mcpfault.loopback import UrlError, check_http_url, is_loopback
 
@@ -385,7 +385,7 @@ def build() -> MCPServer:
         if not isinstance(tasks, int) or not 1 <= tasks <= MAX_BENCH_TASKS:
             raise ToolError(f"tasks {tasks!r}: give an integer in [1, {MAX_BENCH_TASKS}]")
         run_dir = workdir() / "runs" / f"bench-{profile}-{agent}-{time.strftime('%Y%m%dT%H%M%S')}"
-        argv = [sys.executable, "-m", "mcpfault", "bench", "--profiles", profile, "--agents", agent]
+        argv = mcpfault_argv("bench", "--profiles", profile, "--agents", agent)
         argv += ["--tasks", str(tasks), "--session-tasks", str(min(tasks, 20)), "--seed", str(int(seed))]
         argv += ["--out", str(run_dir)]
         started = time.monotonic()

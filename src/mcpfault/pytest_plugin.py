@@ -19,12 +19,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from mcpfault.app.argv import mcpfault_argv
 
 if TYPE_CHECKING:
     from mcpfault.api import Proxy
@@ -34,7 +35,7 @@ CASSETTE_MARKER = "mcpfault_cassette"
 RECORD_MODES = ("none", "once", "all")
 SECTION = "mcpfault: faults injected"
 _PROXIES = pytest.StashKey[list["Proxy"]]()
-MOCK_SERVER = (sys.executable, "-m", "mcpfault", "mock-server")
+MOCK_SERVER = tuple(mcpfault_argv("mock-server"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -147,7 +148,7 @@ def _cassette_wrapper(request: pytest.FixtureRequest) -> Callable[[list[str]], l
     path = Path(str(marker.args[0]))
     if not path.is_absolute():
         path = Path(str(request.node.path)).parent / path
-    cli = [sys.executable, "-m", "mcpfault"]
+    cli = mcpfault_argv()
     if mode == "all" or (mode == "once" and not path.exists()):
         return lambda command: [*cli, "record", "--out", str(path), "--", *command]
     if not path.exists():

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Literal
 
 from mcpfault.analysis.traces import proxy_faults
 from mcpfault.api import _toml
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.control.access import TOKEN_VARIABLE
 from mcpfault.control.client import Control
 from mcpfault.errors import MCPFaultError, UsageError
@@ -144,7 +144,7 @@ class Proxy:
         self.workdir = self._workdir_arg or Path(tempfile.mkdtemp(prefix="mcpfault-proxy-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.profile_path = self._profile_file(self.workdir)
-        base = [sys.executable, "-m", "mcpfault", "proxy", "--config", str(self.profile_path), "--no-summary"]
+        base = mcpfault_argv("proxy", "--config", str(self.profile_path), "--no-summary")
         base += ["--events", str(self.events_path), "--spans", str(self.spans_path)]
         if self.seed is not None:
             base += ["--seed", str(int(self.seed))]

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, secret_values, write
 from mcpfault.errors import UsageError
 from mcpfault.protocol.eras import EraTracker
@@ -122,7 +123,7 @@ def record_stdio(out: Path, command: Sequence[str], redact: Sequence[str], profi
         raise UsageError("record needs the server's command after '--' (e.g. -- uvx mcp-server-time)")
     server = list(command)
     if profile is not None:
-        server = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, "--", *command]
+        server = mcpfault_argv("proxy", "--config", profile, "--", *command)
     recorder = Recorder(command, redact)
     try:
         child = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)

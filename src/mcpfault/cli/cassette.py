@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.cli.common import EXIT_USAGE
 
 EXIT_BREAKING = 1
@@ -116,7 +117,7 @@ def _record(args: argparse.Namespace) -> int:
         redact = [option for name in args.redact for option in ("--redact", name)]
         recording = ["-m", "mcpfault", "record", "--out", str(args.out), *redact, "--", *command]
         profile = args.config if args.config is not None else "baseline"
-        proxy = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, "--listen", args.listen, "--"]
+        proxy = mcpfault_argv("proxy", "--config", profile, "--listen", args.listen, "--")
         os.execv(sys.executable, [*proxy, sys.executable, *recording])
     return record_stdio(args.out, command, args.redact, args.config)
 
@@ -132,7 +133,7 @@ def _replay(args: argparse.Namespace) -> int:
         listen = ["--listen", args.listen] if args.listen is not None else []
         replaying = ["-m", "mcpfault", "replay", str(args.cassette), "--match", args.match, "--timing", args.timing]
         profile = args.config if args.config is not None else "baseline"
-        command = [sys.executable, "-m", "mcpfault", "proxy", "--config", profile, *seed, *listen, "--"]
+        command = mcpfault_argv("proxy", "--config", profile, *seed, *listen, "--")
         os.execv(sys.executable, [*command, sys.executable, *replaying])
     return serve_stdio(args.cassette, args.match, args.timing)
 

@@ -15,7 +15,6 @@ import functools
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import anyio
 import anyio.to_thread
 
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.errors import MCPFaultError
 from mcpfault.experiments import probes
@@ -152,7 +152,7 @@ class _Target:
         if target.command:
             self._processes.append(self._spawn(list(target.command), self.out_dir / "server.log"))
             await self._wait_for_port(target.url)
-        command = [sys.executable, "-m", "mcpfault", "proxy", "--config", str(self._profile), "--events"]
+        command = mcpfault_argv("proxy", "--config", str(self._profile), "--events")
         command += [str(self.events), "--listen", target.listen, "--upstream", target.url]
         command += ["--control", "127.0.0.1:0"]
         self._processes.append(self._spawn(command, self.out_dir / "proxy.log"))

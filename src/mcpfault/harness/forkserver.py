@@ -41,6 +41,7 @@ from typing import IO, Any, Final, NoReturn, Self
 
 import anyio
 
+from mcpfault.app.argv import is_mcpfault_argv
 from mcpfault.errors import UpstreamError
 
 # What a stdio proxy imports on its way to relaying (cli/proxy.py and what it loads). A module that
@@ -206,7 +207,7 @@ def main() -> int:
 
 def forkable(command: Sequence[str]) -> bool:
     """Whether ``command`` is ``<this python> -m mcpfault ...``, which the fork server can run."""
-    return len(command) > 3 and command[0] == sys.executable and list(command[1:3]) == ["-m", "mcpfault"]
+    return is_mcpfault_argv(command)
 
 
 class _FdSendStream:

@@ -50,6 +50,7 @@ from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_ma
 from mcpfault.analysis.judge import TaskRun, check_answer, judge
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, make_agent
 from mcpfault.harness.agents.tasks import FIELDS_READ, TaskSpec, expected_answer, run_task
@@ -135,7 +136,7 @@ def proxy_command(plan: SessionPlan) -> list[str]:
         server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
     if plan.server_command is not None:
         server = list(plan.server_command)
-    proxy = [python, "-m", "mcpfault", "proxy", "--config", str(plan.profile)]
+    proxy = mcpfault_argv("proxy", "--config", str(plan.profile), python=python)
     if not plan.proxy_summary:
         proxy.append("--no-summary")
     proxy += ["--events", str(plan.out_dir / "events.jsonl")]

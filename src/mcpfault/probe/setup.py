@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import UsageError
 
 PROBE_BIN_VARIABLE = "MCPFZ_PROBE_BIN"  # the same variable mcp-server-fuzzer reads: another sidecar binary
@@ -25,7 +25,7 @@ def parse(spec: str) -> tuple[str, Path | None]:
 
 def sidecar_command(backend: str, events_file: Path | None) -> list[str]:
     binary = os.environ.get(PROBE_BIN_VARIABLE)
-    command = shlex.split(binary) if binary else [sys.executable, "-m", "mcpfault", "probe-sidecar"]
+    command = shlex.split(binary) if binary else mcpfault_argv("probe-sidecar")
     command += ["--backend", backend]
     if events_file is not None:
         command += ["--events-file", str(events_file)]

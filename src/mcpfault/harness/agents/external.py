@@ -26,7 +26,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ import anyio
 import jsonschema
 
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import CallError, UpstreamError, UsageError
 from mcpfault.harness.agents.gateway import AgentGateway
 from mcpfault.harness.agents.llm import prompts
@@ -187,7 +187,7 @@ def task_document(spec: TaskSpec) -> dict[str, Any]:
 
 def connect_command(url: str) -> list[str]:
     """``mcpfault connect URL`` as this interpreter runs it, so it works without the script on PATH."""
-    return [sys.executable, "-m", "mcpfault", "connect", url]
+    return mcpfault_argv("connect", url)
 
 
 class ExternalAgent:
