@@ -331,3 +331,130 @@ def test_timing_recorded_waits_as_the_server_did_and_none_does_not() -> None:
         if timing == "recorded":
             assert time.monotonic() - started >= 0.5  # the recorded 0.5 s between request and answer
     assert [message["id"] for message in sent] == [9, 9] and sent[0]["result"] == {"n": 1}
+
+
+class Recording:
+    """``mcpfault record --listen 127.0.0.1:PORT --upstream URL``, stopped (and so written) by ``close``."""
+
+    def __init__(self, cassette: Path, upstream: str, *extra: str) -> None:
+        import subprocess
+
+        from tests.http_support import free_port, wait_for_port
+
+        self.port = free_port()
+        listen = f"127.0.0.1:{self.port}"
+        command = [*MCPFAULT, "record", "--out", str(cassette), "--listen", listen, "--upstream", upstream, *extra]
+        self.proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def close(self) -> int:
+        from tests.http_support import stop
+
+        return stop(self.proc, timeout=15)
+
+
+async def ticket_session(url: str, mode: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """A session of the official SDK client over Streamable HTTP against tests/interop_servers/sdk_server.py."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=headers or {}, timeout=15) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, read_timeout_seconds=15) as client:
+            tools = await client.list_tools()
+            ticket = await client.call_tool("next_ticket", {"queue": "support"})
+            forecast = await client.call_tool("forecast", {"city": "Secretville"})
+    return {
+        "tools": sorted(tool.name for tool in tools.tools),
+        "ticket": ticket.model_dump(mode="json"),
+        "forecast": forecast.model_dump(mode="json"),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_record_upstream_records_a_remote_http_server_and_replay_gives_the_same_answers(
+    tmp_path: Path, mode: str
+) -> None:
+    from tests.http_support import sdk_server
+
+    cassette = tmp_path / "remote.cassette"
+    bearer = "Bearer remote-secret-token-123456"
+    with sdk_server(tmp_path) as upstream:
+        recording = Recording(cassette, upstream.url, "--redact", "city")
+        try:
+            live = await ticket_session(recording.url, mode, {"Authorization": bearer})
+        finally:
+            assert recording.close() == 0
+        assert upstream.calls()[:1] == ["next_ticket support 1"]  # the calls did reach the real server
+    text = cassette.read_text()
+    assert "remote-secret-token-123456" not in text and "Secretville" not in text  # header and --redact
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert rows[0]["eras"] == [{"legacy": "legacy", "auto": "modern"}[mode]]
+    http = [row["http"] for row in rows[1:] if "http" in row]
+    assert {"method": "POST", "headers": {**http[0]["headers"], "authorization": "[redacted]"}} == http[0]
+    statuses = {entry["status"] for entry in http if "status" in entry}
+    assert 200 in statuses
+    answers = [entry for entry in http if "status" in entry]
+    assert all("content-type" in entry["headers"] for entry in answers if entry["status"] == 200)
+    port = free_port_of()
+    server = replay_listening(cassette, port)
+    try:
+        replayed = await ticket_session(f"http://127.0.0.1:{port}/mcp", mode)
+    finally:
+        from tests.http_support import stop
+
+        stop(server)
+    # The redacted city matches any value on replay; the answer that echoed it was scrubbed of it.
+    assert replayed["tools"] == live["tools"] and replayed["ticket"] == live["ticket"]
+    assert "Secretville" in json.dumps(live["forecast"])
+    assert replayed["forecast"] == json.loads(json.dumps(live["forecast"]).replace("Secretville", "[redacted]"))
+
+
+def free_port_of() -> int:
+    from tests.http_support import free_port
+
+    return free_port()
+
+
+def replay_listening(cassette: Path, port: int, *extra: str) -> Any:
+    import subprocess
+
+    from tests.http_support import wait_for_port
+
+    server = subprocess.Popen(
+        replay(cassette, "--listen", f"127.0.0.1:{port}", *extra), cwd=ROOT, stderr=subprocess.DEVNULL
+    )
+    wait_for_port(port, server)
+    return server
+
+
+@pytest.mark.slow
+async def test_two_sessions_are_recorded_each_marked_and_replayed_in_order(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.http_support import sdk_server, stop
+
+    cassette = tmp_path / "two.cassette"
+    with sdk_server(tmp_path) as upstream:
+        recording = Recording(cassette, upstream.url)
+        try:
+            first = await ticket_session(recording.url, "legacy")
+            second = await ticket_session(recording.url, "legacy")
+        finally:
+            recording.close()
+    assert first["ticket"] != second["ticket"]  # the live server counts: ticket 1, then ticket 2
+    rows = [json.loads(line) for line in cassette.read_text().splitlines()]
+    assert rows[0]["sessions"] == 2
+    assert [row["session"] for row in rows[1:] if row["message"].get("method") == "initialize"] == ["1", "2"]
+    shown = subprocess.run([*MCPFAULT, "cassette", "show", str(cassette)], capture_output=True, text=True, check=True)
+    assert "session 1: legacy" in shown.stdout and "session 2: legacy" in shown.stdout
+    # Over HTTP, and over stdio: each new session is served from the recorded sessions in order.
+    port = free_port_of()
+    server = replay_listening(cassette, port)
+    try:
+        again = [await ticket_session(f"http://127.0.0.1:{port}/mcp", "legacy") for _ in range(2)]
+    finally:
+        stop(server)
+    assert again == [first, second]

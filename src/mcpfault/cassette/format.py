@@ -3,7 +3,9 @@
 Header: ``{"cassette": FORMAT_VERSION, "command": [...], "server_info": {...}, "capabilities": {...},
 "eras": [...], "protocol_versions": [...], "recorded_at": ISO-8601, "redacted_arguments": [...]}``.
 Message: ``{"t": seconds since the recording started, "direction": "client"|"server", "session": str,
-"era": "legacy"|"modern"|"unknown", "message": {...JSON-RPC...}}`` (``"client"``: client to server).
+"era": "legacy"|"modern"|"unknown", "message": {...JSON-RPC...}}`` (``"client"``: client to server), and
+over HTTP ``"http": {"status": int, "headers": {...}}`` on what the status and headers came with.
+``session`` marks each session the recording saw: "1", "2", ... in the order they began.
 Every message is redacted before it is written (the rules of telemetry/logging, the project's one
 redaction, plus the argument names given to ``--redact``, whose values are also scrubbed wherever the
 server echoes them).
@@ -33,21 +35,29 @@ class Entry:
     session: str
     era: str
     message: dict[str, Any]
+    http: dict[str, Any] | None = None  # over HTTP: the status and the headers that matter
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        row = {
             "t": round(self.t, 6),
             "direction": self.direction,
             "session": self.session,
             "era": self.era,
             "message": self.message,
         }
+        if self.http is not None:
+            row["http"] = self.http
+        return row
 
 
 @dataclass(slots=True)
 class Cassette:
     header: dict[str, Any]
     entries: list[Entry] = field(default_factory=list)
+
+    def sessions(self) -> list[str]:
+        """The sessions the recording saw, in the order they began."""
+        return list(dict.fromkeys(entry.session for entry in self.entries))
 
     def listing(self, method: str) -> list[dict[str, Any]]:
         """The items of the first recorded answer to ``method`` (tools/list: its tools), [] if none."""
@@ -140,7 +150,10 @@ def _redact(value: Any, names: set[str]) -> Any:
 
 
 def _redact_item(key: object, value: Any, names: set[str]) -> Any:
-    if is_secret_key(key) or str(key).lower() in names:
+    if is_secret_key(key):
+        return REDACTED
+    if str(key).lower() in names and not isinstance(value, Mapping | list):
+        # An argument's value; a mapping under that name is the argument's schema in a listing, kept whole.
         return REDACTED
     if is_header_key(key) and isinstance(value, Mapping):
         return dict.fromkeys(value, REDACTED)
@@ -198,6 +211,7 @@ def load(path: Path) -> Cassette:
                 str(row.get("session", "1")),
                 str(row.get("era", "unknown")),
                 row["message"],
+                row["http"] if isinstance(row.get("http"), dict) else None,
             )
         )
     return Cassette(header, entries)

@@ -78,28 +78,47 @@ class Miss(MCPFaultError):
 
 
 class Book:
-    """The recorded requests of a cassette, and the matcher that picks one for each live request."""
+    """The recorded requests of a cassette, and the matcher that picks one for each live request.
+
+    Sessions: each live handshake (``initialize``, ``server/discover``) begins the next recorded session,
+    in the order they were recorded (after the last, the first again), and later requests are looked for
+    in that session first. ``method+params`` and ``sequential`` then look in the other sessions too (the
+    HTTP bridge may interleave two live clients on one replayer); ``strict`` never does.
+    """
 
     def __init__(self, recorded: list[Recorded], matcher: Matcher) -> None:
         self.recorded = recorded
         self.matcher = matcher
-        self._next = 0
+        self.sessions = list(dict.fromkeys(item.request.session for item in recorded))
+        self._sessions_served = 0
+        self.session = self.sessions[0] if self.sessions else "1"
+        self._next: dict[str, int] = {}
+
+    def _in_session(self, session: str) -> list[Recorded]:
+        return [item for item in self.recorded if item.request.session == session]
 
     def match(self, method: str, params: Any) -> Recorded:
         params = canonical(params if params is not None else {})
         if method in HANDSHAKE_METHODS:  # the handshake is answered as recorded, whatever the client proposed
-            for item in self.recorded:
+            if self.sessions:
+                self.session = self.sessions[self._sessions_served % len(self.sessions)]
+                self._sessions_served += 1
+            for item in self._in_session(self.session) + self.recorded:
                 if item.method == method:
                     return self._use(item)
+        current = self._in_session(self.session)
         if self.matcher == "strict":
-            if self._next < len(self.recorded):
-                item = self.recorded[self._next]
+            calls = [item for item in current if item.method not in HANDSHAKE_METHODS]
+            position = self._next.get(self.session, 0)
+            if position < len(calls):
+                item = calls[position]
                 if item.method == method and not differences(item.params, params):
-                    self._next += 1
+                    self._next[self.session] = position + 1
                     return self._use(item)
                 raise Miss(self._miss_text(method, params, [item], "strict: the next recorded request is"))
-            raise Miss(f"strict: every recorded request was already answered; got {method}")
-        same_method = [item for item in self.recorded if item.method == method]
+            raise Miss(f"strict: every recorded request of session {self.session} was already answered; got {method}")
+        others = [item for item in self.recorded if item.request.session != self.session]
+        same_method = [item for item in current + others if item.method == method]
         if self.matcher == "sequential":
             for item in same_method:
                 if not item.used:
@@ -108,8 +127,10 @@ class Book:
                 raise Miss(f"sequential: all {len(same_method)} recorded {method} requests were already answered")
         else:
             equal = [item for item in same_method if not differences(item.params, params)]
-            if equal:  # the first not yet used, else the last again (a listing asked for twice)
-                return self._use(next((item for item in equal if not item.used), equal[-1]))
+            if equal:  # the first not yet used (this session's first), else the last again (a listing asked twice)
+                unused = [item for item in equal if not item.used]
+                in_session = [item for item in equal if item.request.session == self.session]
+                return self._use(unused[0] if unused else (in_session or equal)[-1])
         raise Miss(self._miss_text(method, params, same_method or self.recorded, "closest recorded request:"))
 
     def _use(self, item: Recorded) -> Recorded:

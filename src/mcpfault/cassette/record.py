@@ -22,17 +22,23 @@ from typing import IO, Any
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, secret_values, write
 from mcpfault.errors import UsageError
-from mcpfault.protocol.eras import EraTracker
+from mcpfault.protocol.eras import HANDSHAKE_METHODS, EraTracker
 
 
 class Recorder:
-    """Collects the entries of one session; thread-safe (the two relay directions add to it)."""
+    """Collects the entries of every session a recording sees; thread-safe (the relay directions add to it).
 
-    def __init__(self, command: Sequence[str], redact: Sequence[str], session: str = "1") -> None:
+    On stdio (``session=None`` to ``add``) each handshake request the client sends after the first begins
+    a new session: a client that reconnects through the same relay, or the clients the HTTP bridge of
+    ``record --listen -- CMD`` passes to one server. Over ``--upstream`` the caller names the session.
+    """
+
+    def __init__(self, command: Sequence[str], redact: Sequence[str]) -> None:
         self._lock = threading.Lock()
         self._started = time.monotonic()
-        self._era = EraTracker()
-        self._session = session
+        self._eras: dict[str, EraTracker] = {}
+        self._session = "1"
+        self._sessions_begun = 0
         self.command = list(command)
         self.redact = list(redact)
         self.entries: list[Entry] = []
@@ -42,34 +48,57 @@ class Recorder:
         self.protocol_versions: list[str] = []
         self.recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
 
-    def add(self, direction: Direction, line: bytes) -> None:
+    def new_session(self) -> str:
+        """The marker of a session that begins now ("1", "2", ...)."""
+        with self._lock:
+            return self._begin()
+
+    def _begin(self) -> str:
+        self._sessions_begun += 1
+        self._session = str(self._sessions_begun)
+        return self._session
+
+    def add(self, direction: Direction, line: bytes, session: str | None = None) -> None:
         try:
             message = json.loads(line)
         except ValueError:
             return  # not JSON-RPC (a server's stray output): relayed, not recorded
-        if not isinstance(message, dict):
-            return
+        if isinstance(message, dict):
+            self.add_message(direction, message, session)
+
+    def add_message(
+        self, direction: Direction, message: dict[str, Any], session: str | None = None, http: Any = None
+    ) -> None:
         with self._lock:
             self._secrets |= secret_values(message, self.redact)
-            if direction == "client" and isinstance(message.get("method"), str):
+            method = message.get("method")
+            if session is None:
+                if direction == "client" and method in HANDSHAKE_METHODS and "id" in message:
+                    self._begin()
+                elif not self._sessions_begun:
+                    self._sessions_begun = 1
+                session = self._session
+            era = self._eras.setdefault(session, EraTracker())
+            if direction == "client" and isinstance(method, str):
                 params = message.get("params")
-                self._era.observe_request(message["method"], params if isinstance(params, dict) else {})
+                era.observe_request(method, params if isinstance(params, dict) else {})
             result = message.get("result")
             if direction == "server" and isinstance(result, dict) and "serverInfo" in result:
                 self.server_info, self.capabilities = result.get("serverInfo"), result.get("capabilities")
                 version = result.get("protocolVersion")
                 if isinstance(version, str) and version not in self.protocol_versions:
                     self.protocol_versions.append(version)
-            version = self._era.protocol_version
+            version = era.protocol_version
             if version and version not in self.protocol_versions and direction == "client":
                 self.protocol_versions.append(version)
             self.entries.append(
                 Entry(
                     time.monotonic() - self._started,
                     direction,
-                    self._session,
-                    self._era.era.value,
+                    session,
+                    era.era.value,
                     redact_message(message, self.redact, self._secrets),
+                    http,
                 )
             )
 
@@ -84,6 +113,7 @@ class Recorder:
             "protocol_versions": self.protocol_versions,
             "recorded_at": self.recorded_at,
             "redacted_arguments": self.redact,
+            "sessions": len({entry.session for entry in self.entries}),
         }
 
     def save(self, path: Path) -> None:

@@ -25,6 +25,7 @@ def add_parsers(commands: Any) -> None:
         "unless --config PROFILE is given (then the profile's faults are recorded as the client saw them).",
         epilog="examples:\n  mcpfault record --out time.cassette -- uvx mcp-server-time\n"
         "  mcpfault record --out s.cassette --redact api_key --redact password -- python server.py\n"
+        "  mcpfault record --out remote.cassette --listen 127.0.0.1:8080 --upstream https://staging.example/mcp\n"
         "exit status: the server's; 2 bad usage",
         formatter_class=raw,
     )
@@ -41,6 +42,11 @@ def add_parsers(commands: Any) -> None:
         "--listen",
         metavar="HOST:PORT",
         help="take the client over Streamable HTTP (via 'mcpfault proxy --listen'); the server's stdio is recorded",
+    )
+    record.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="with --listen: record in front of this remote Streamable HTTP server (its HTTP status and headers too)",
     )
     record.add_argument("command", nargs=argparse.REMAINDER, help="-- the server's command")
     record.set_defaults(handler=_record)
@@ -112,6 +118,8 @@ def _record(args: argparse.Namespace) -> int:
     from mcpfault.cassette.record import record_stdio
 
     command = _command(args)
+    if args.upstream is not None:
+        return _record_upstream(args, command)
     if args.listen is not None:
         # The project's HTTP endpoint in front, this recorder behind it on stdio: one proxy, not two.
         redact = [option for name in args.redact for option in ("--redact", name)]
@@ -120,6 +128,23 @@ def _record(args: argparse.Namespace) -> int:
         proxy = mcpfault_argv("proxy", "--config", profile, "--listen", args.listen, "--")
         os.execv(sys.executable, [*proxy, sys.executable, *recording])
     return record_stdio(args.out, command, args.redact, args.config)
+
+
+def _record_upstream(args: argparse.Namespace, command: list[str]) -> int:
+    from mcpfault.cassette.record_http import record_http
+    from mcpfault.errors import UsageError
+    from mcpfault.proxy.http import parse_listen, parse_upstream
+
+    if args.listen is None:
+        raise UsageError("record --upstream URL needs --listen HOST:PORT: where the client connects instead of URL")
+    if command:
+        raise UsageError(f"record --upstream records a remote server: drop the command after '--' ({command[0]!r})")
+    if args.config is not None:
+        raise UsageError(
+            "record --upstream does not inject faults; put 'mcpfault proxy --config PROFILE --listen ... "
+            "--upstream' between the recorder and the server instead"
+        )
+    return record_http(args.out, parse_listen(args.listen), parse_upstream(args.upstream), list(args.redact))
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -151,6 +176,8 @@ def _show(args: argparse.Namespace) -> int:
         + f", eras {eras}, protocol {versions}, {len(cassette.entries)} messages,"
         + f" recorded {header.get('recorded_at', '?')}"
     )
+    for session in cassette.sessions():
+        print(_session_line(cassette, session))
     print(f"{'t (s)':>9}  {'session':<8} {'dir':<6} {'id':<6} what")
     for entry in cassette.entries:
         message = entry.message
@@ -163,6 +190,27 @@ def _show(args: argparse.Namespace) -> int:
         arrow = "->" if entry.direction == "client" else "<-"
         print(f"{entry.t:>9.3f}  {entry.session:<8} {arrow:<6} {message.get('id', '')!s:<6} {what}")
     return 0
+
+
+def _session_line(cassette: Any, session: str) -> str:
+    """``session 2: legacy, 9 messages, 4 requests, client mcp 1.0, from 1.204 s``."""
+    entries = [entry for entry in cassette.entries if entry.session == session]
+    eras = ", ".join(sorted({entry.era for entry in entries} - {"unknown"})) or "era unknown"
+    requests = sum(
+        entry.direction == "client" and "id" in entry.message and "method" in entry.message for entry in entries
+    )
+    client = "?"
+    for entry in entries:
+        params = entry.message.get("params")
+        if entry.message.get("method") == "initialize" and isinstance(params, dict):
+            info = params.get("clientInfo")
+            if isinstance(info, dict):
+                client = f"{info.get('name', '?')} {info.get('version', '')}".rstrip()
+            break
+    return (
+        f"session {session}: {eras}, {len(entries)} messages, {requests} requests, client {client},"
+        f" from {entries[0].t:.3f} s"
+    )
 
 
 def _diff(args: argparse.Namespace) -> int:
