@@ -1,4 +1,4 @@
-"""Judge each task: success, recovered, failed_detected or failed_silent.
+"""Judge each task: success, recovered, failed_detected or failed_silent (``unjudged`` without ground truth).
 
 Outcomes come from the world (the server's final state and the ground truth), not from the agent's
 mood: what the agent said about its task counts only where the world agrees.
@@ -19,6 +19,12 @@ mood: what the agent said about its task counts only where the world agrees.
 - success: right, and no fault affected it, or one did and the agent took no action after it (the
   fault's change was absorbed, ``absorbed``); ``touched_no_effect`` when faults reached it without
   effect (a delay within the deadline, a stale answer equal to the fresh one, a call the proxy translated).
+
+Against a server cassette (run/bench --server-cassette) there is no world to compare with, so
+``judge_claim`` takes the agent's word where it is safe to: a task the agent reports failed (or that
+crashed, timed out or answered out of schema) is failed_detected, with the same failure classes; a task
+it claims done is ``unjudged``, never success (nobody checked the answer) and never failed_silent
+(nobody can say it is wrong).
 
 Write tasks are judged on whether their goal was achieved: ``maintenance_roundtrip`` and
 ``config_audit`` succeed only when the maintenance write reached the server and the answer says so;
@@ -243,3 +249,45 @@ def _expected_of(run: TaskRun, expected: Any, state: Mapping[str, Any]) -> Any:
     if run.workflow == "config_audit":
         return {"window_opened": True, **(expected or {})}
     return expected
+
+
+def judge_claim(
+    run: TaskRun,
+    touch: Touch | None,
+    *,
+    profile: str,
+    agent: str,
+    session: int,
+    why_no_truth: str,
+    attempts: int | None = None,
+    retries: int | None = None,
+    trace_id: str | None = None,
+) -> TaskRecord:
+    """The record of a task no ground truth can check: failed_detected when the agent raised, else unjudged.
+
+    ``why_no_truth`` goes into the record (``no_ground_truth``), so that a reader of records.jsonl sees why
+    a claimed success is not a success.
+    """
+    touched = touch is not None and bool(touch.fault_types)
+    affected = touch is not None and bool(touch.affected_types)
+    outcome: Outcome = "failed_detected" if run.failure is not None else "unjudged"
+    return TaskRecord(
+        profile=profile,
+        agent=agent,
+        session=session,
+        task_index=run.index,
+        task=run.workflow,
+        outcome=outcome,
+        fault_types=tuple(touch.fault_types) if touch else (),
+        fault_modes=tuple(touch.fault_modes) if touch else (),
+        affected_types=tuple(touch.affected_types) if touch else (),
+        touched_no_effect=touched and not affected,
+        attempts=run.attempts if attempts is None else attempts,
+        retries=max(0, run.attempts - run.calls) if retries is None else retries,
+        duration_s=round(run.finished - run.started, 6),
+        failure=run.failure,
+        detail=run.detail if run.failure is not None else "claimed done; no ground truth to check the answer",
+        trace_id=trace_id,
+        answer=run.answer,
+        no_ground_truth=why_no_truth,
+    )

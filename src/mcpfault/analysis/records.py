@@ -10,10 +10,16 @@ from typing import Any, Literal
 
 from mcpfault.protocol.jsonlines import dumps_line
 
-Outcome = Literal["success", "recovered", "failed_detected", "failed_silent"]
+Outcome = Literal["success", "recovered", "failed_detected", "failed_silent", "unjudged"]
+# The outcomes of a run judged against ground truth (the bundled mock's world and state): what rates divide.
 OUTCOMES: tuple[Outcome, ...] = ("success", "recovered", "failed_detected", "failed_silent")
+# A run against a server cassette has no ground truth: the agent's claim is all there is. A detected
+# failure is still one (the agent says so); a claimed success nobody can check is ``unjudged``.
+NO_TRUTH_OUTCOMES: tuple[Outcome, ...] = ("failed_detected", "unjudged")
+ALL_OUTCOMES: tuple[Outcome, ...] = (*OUTCOMES, "unjudged")
 LLM_FIELDS = ("model", "model_calls", "input_tokens", "output_tokens", "cost_usd")
-OPTIONAL_FIELDS = ("agent_stderr",)  # left out of as_dict() when None (answer and expected always written)
+# Left out of as_dict() when None (answer and expected always written).
+OPTIONAL_FIELDS = ("agent_stderr", "no_ground_truth")
 ZERO_FIELDS = ("verify_reads",)  # left out of as_dict() when 0: only an agent that verifies has them
 
 
@@ -68,6 +74,9 @@ class TaskRecord:
     agent_stderr: str | None = None  # an external agent's stderr, its tail (redacted)
     # Reads the agent's verification added (second sources, and re-reads after a disagreement): its cost.
     verify_reads: int = 0
+    # Set when nothing could check the task (run/bench --server-cassette): why, naming the cassette. Such a
+    # record is failed_detected or unjudged, and no success or silent rate counts it (analysis.summary).
+    no_ground_truth: str | None = None
 
     @property
     def row(self) -> str:

@@ -221,6 +221,7 @@ def summarize(records: Iterable[TaskRecord], profile_order: Sequence[str] = ()) 
     items = list(records)
     if not items:
         raise ValueError("no task records: nothing to summarize (did the bench run any task?)")
+    require_ground_truth(items)
     for record in items:
         if record.outcome not in OUTCOMES:
             raise ValueError(
@@ -241,6 +242,18 @@ def summarize(records: Iterable[TaskRecord], profile_order: Sequence[str] = ()) 
         failures=failures,
         by_fault=_by_fault(items, fault_types, agents),
     )
+
+
+def require_ground_truth(records: Iterable[TaskRecord]) -> None:
+    """ValueError for records judged without ground truth (a --server-cassette run): no success, silent or
+    pass^k rate may count an unjudged task, so what computes them refuses such records outright."""
+    for record in records:
+        if record.no_ground_truth is not None or record.outcome == "unjudged":
+            raise ValueError(
+                f"task {record.task_index} of {record.profile}/{record.agent} was judged without ground truth "
+                f"({record.no_ground_truth or record.outcome}): no success or silent rate applies to it; its "
+                "run's report counts detected vs unjudged only (harness.claims_report)"
+            )
 
 
 def _fault_types(record: TaskRecord) -> set[str]:

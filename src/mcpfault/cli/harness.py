@@ -188,6 +188,20 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         help="push task outcomes, recovery times, retries, duplicates and silent failures to a Pushgateway at the end",
     )
     parser.add_argument(
+        "--server-cassette",
+        type=Path,
+        metavar="FILE",
+        help="the server is 'mcpfault replay FILE' (a session you recorded with mcpfault record) instead of the "
+        "mock, behind the same proxy; for cmd:NAME and llm agents, with --cassette-task. No ground truth: "
+        "tasks are judged failed_detected or unjudged from the agent's claim, with no success rate",
+    )
+    parser.add_argument(
+        "--cassette-task",
+        metavar="TEXT",
+        help="with --server-cassette: the instruction your agent ran when you recorded (every task is a trial "
+        "of it; the task file's workflow is 'cassette', its answer schema any object)",
+    )
+    parser.add_argument(
         "--probe",
         metavar="ebpf|fake:EVENTS.json",
         help="run each proxy with the side-effect probe (eBPF: root and bpftrace); the probe's duplicate side "
@@ -204,6 +218,44 @@ def _check_task_deadline(args: argparse.Namespace) -> None:
             f"--task-deadline-s {args.task_deadline_s:g} is shorter than one call's --deadline {args.deadline:g}: "
             "a task would end before its first call could time out; give a task deadline of at least the call's"
         )
+
+
+def _server_cassette(args: argparse.Namespace, agents: Sequence[str]) -> Path | None:
+    """--server-cassette, checked before anything starts: a readable cassette with tools, agents that can
+    use a server they were not written for (cmd:NAME, llm), and the instruction they run."""
+    cassette: Path | None = args.server_cassette
+    if cassette is None:
+        if args.cassette_task is not None:
+            raise UsageError("--cassette-task applies with --server-cassette FILE only; give both or neither")
+        return None
+    from mcpfault.cassette.format import load
+    from mcpfault.harness.agents.external import is_external
+
+    scripted = [a for a in agents if a != "llm" and not is_external(a)]
+    if scripted:
+        raise UsageError(
+            f"--server-cassette: agent(s) {', '.join(scripted)} run the mock server's task code and need its "
+            "tools; against a cassette use your agent (--agent cmd:NAME --agent-command NAME=...) or llm"
+        )
+    try:
+        recorded = load(cassette)
+    except UsageError as exc:
+        raise UsageError(f"--server-cassette: {exc}") from None
+    if not recorded.listing("tools/list"):
+        raise UsageError(
+            f"--server-cassette {cassette}: no tools: the cassette holds no answered tools/list with a tool in it; "
+            "record a session in which the client lists the tools (mcpfault record --out FILE -- CMD)"
+        )
+    if args.cassette_task is None or not args.cassette_task.strip():
+        raise UsageError(
+            f"--server-cassette {cassette}: give --cassette-task TEXT, the instruction your agent ran when you "
+            "recorded (the mock's tasks name the mock's ids, which a cassette does not know)"
+        )
+    if args.workflows is not None:
+        raise UsageError("--workflows names the mock's task suite; with --server-cassette the task is --cassette-task")
+    if args.probe is not None:
+        raise UsageError("--probe cross-checks the mock server's write journal; a cassette keeps none")
+    return cassette.absolute()
 
 
 def _probe(option: str | None) -> str | None:
@@ -365,7 +417,7 @@ def _run(args: argparse.Namespace) -> int:
     from mcpfault.analysis.records import write_records
     from mcpfault.faults import profile
     from mcpfault.harness.agents.policies import check_agent_name
-    from mcpfault.harness.agents.tasks import plan_tasks
+    from mcpfault.harness.agents.tasks import cassette_tasks, plan_tasks
     from mcpfault.harness.bench import fault_seed, resolve_profile
     from mcpfault.harness.report import print_model_usage, print_outcomes
     from mcpfault.harness.session import SessionPlan, run_session
@@ -386,6 +438,7 @@ def _run(args: argparse.Namespace) -> int:
         agent = check_agent_name(args.agent)
     if args.tasks < 1:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
+    cassette = _server_cassette(args, (args.agent,))
     if args.deadline <= 0:
         raise UsageError(f"--deadline {args.deadline}: give seconds > 0")
     _check_task_deadline(args)
@@ -402,7 +455,11 @@ def _run(args: argparse.Namespace) -> int:
         profile=profile_path,
         profile_name=loaded.name,
         agent=agent,
-        tasks=tuple(plan_tasks(world, args.tasks, args.seed, workflows=_workflows(args.workflows))),
+        tasks=tuple(
+            cassette_tasks(args.tasks, args.cassette_task)
+            if cassette is not None
+            else plan_tasks(world, args.tasks, args.seed, workflows=_workflows(args.workflows))
+        ),
         out_dir=out,
         world_seed=args.seed,
         proxy_seed=fault_seed(loaded.seed, args.seed),
@@ -415,6 +472,7 @@ def _run(args: argparse.Namespace) -> int:
         llm=llm,
         probe=probe,
         external=external[0] if external else None,
+        server_cassette=cassette,
     )
     if llm is not None:
         import shlex
@@ -490,6 +548,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     _check_task_deadline(args)
+    cassette = _server_cassette(args, agents)
     config = BenchConfig(
         profiles=tuple(resolve_profile(n) for n in names),
         agents=agents,
@@ -513,6 +572,8 @@ def _bench(args: argparse.Namespace) -> int:
         http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
         external=external,
         compress_spans=not args.plain_spans,
+        server_cassette=cassette,
+        cassette_task=args.cassette_task or "",
     )
     _check_pushgateway(args.pushgateway)
     world = World.generate(args.seed)
@@ -574,12 +635,25 @@ def _bench(args: argparse.Namespace) -> int:
         fixed_profiles=fixed_profiles(config),
     )
     write_accounts(out / SERVER_ACCOUNTS, result.servers)
-    report = write_report(result.records, out, meta, result.servers) if result.records else None
+    if cassette is not None:
+        from mcpfault.harness.claims_report import print_claims, write_claims_report
+
+        # No ground truth: counts of detected and unjudged, no rates, no charts (harness.claims_report).
+        report = (
+            write_claims_report(result.records, out, command=meta.command, profile_order=rows_in_order)
+            if result.records
+            else None
+        )
+    else:
+        report = write_report(result.records, out, meta, result.servers) if result.records else None
     if report is not None:
         from mcpfault.harness.report_html import write_html
 
         write_html(out)  # report.html beside report.md
-    print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
+    if cassette is not None:
+        print_claims(result.records, console, title="tasks per profile and agent against the server cassette")
+    else:
+        print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
     if result.records:
         print_model_usage(result.records, console)
     console.print(

@@ -27,7 +27,7 @@ from mcpfault.analysis.traces import SPAN_FILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, check_agent_name
-from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows, plan_tasks
+from mcpfault.harness.agents.tasks import WORKFLOWS, cassette_tasks, check_workflows, plan_tasks
 from mcpfault.harness.client import Era
 from mcpfault.harness.forkserver import ForkServer
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
@@ -77,6 +77,10 @@ class BenchConfig:
     # Each session's span files gzipped once it is judged (NAME.jsonl.gz: ~70% of a run directory's bytes
     # were spans); every reader takes either form. bench --plain-spans keeps them as written.
     compress_spans: bool = True
+    # --server-cassette: every session's server replays this recording; its tasks are --tasks trials of
+    # ``cassette_task`` (the user's own instruction), judged without ground truth.
+    server_cassette: Path | None = None
+    cassette_task: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +172,10 @@ def plan_sessions(config: BenchConfig, world: World) -> list[SessionPlan]:
 def _plan_one_seed(config: BenchConfig, world: World) -> list[SessionPlan]:
     if config.tasks < 1 or config.session_tasks < 1:
         raise UsageError("--tasks and --session-tasks must be at least 1")
-    tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
+    if config.server_cassette is not None:
+        tasks = cassette_tasks(config.tasks, config.cassette_task)
+    else:
+        tasks = plan_tasks(world, config.tasks, config.seed, workflows=check_workflows(config.workflows))
     count = math.ceil(config.tasks / config.session_tasks)
     if config.trials < 1:
         raise UsageError(f"--trials {config.trials}: give at least 1")
@@ -205,6 +212,7 @@ def _plan_one_seed(config: BenchConfig, world: World) -> list[SessionPlan]:
                             probe=config.probe,
                             transport=transport,
                             era=config.era,
+                            server_cassette=config.server_cassette,
                         )
                     )
     return _shard_and_order(config, plans)

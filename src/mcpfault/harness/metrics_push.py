@@ -68,7 +68,10 @@ def record_bench_metrics(
             metrics.observe_recovery(fault_type, record.recovery_s, trace_id)
         metrics.add_retries(record.profile, record.agent, record.retries)
         metrics.add_duplicates(record.profile, record.agent, record.duplicates)
-        metrics.add_silent_failures(record.profile, record.agent, 1 if record.outcome == "failed_silent" else 0)
+        if record.no_ground_truth is None:
+            # Without ground truth (a server cassette) nobody knows whether a task failed silently: no count,
+            # not even 0; its outcome above is "unjudged" or "failed_detected".
+            metrics.add_silent_failures(record.profile, record.agent, 1 if record.outcome == "failed_silent" else 0)
 
 
 def push_bench_metrics(

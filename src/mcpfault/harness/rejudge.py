@@ -69,6 +69,7 @@ def rejudge_session(directory: Path) -> list[TaskRecord]:
         traces=bool(described.get("traces", True)),
         probe=described.get("probe"),
         server_command=tuple(server_command) if server_command is not None else None,
+        server_cassette=Path(described["server_cassette"]) if described.get("server_cassette") else None,
     )
     spans = traces.read_session_spans(directory) if plan.traces else None
     rereads = bool(described.get("rereads", False))

@@ -21,7 +21,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcpfault.analysis.records import TaskRecord
-from mcpfault.analysis.summary import GENTLE_PROFILES, PROCESS_PROFILES, STRESS_PROFILES, pass_hat_k, wilson
+from mcpfault.analysis.summary import (
+    GENTLE_PROFILES,
+    PROCESS_PROFILES,
+    STRESS_PROFILES,
+    pass_hat_k,
+    require_ground_truth,
+    wilson,
+)
 
 INTENSITIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gentle", tuple(GENTLE_PROFILES)),
@@ -66,8 +73,10 @@ class ReliabilityPoint:
 
 def reliability_points(records: Iterable[TaskRecord]) -> tuple[ReliabilityPoint, ...]:
     """Every (agent, intensity) point, agents in the records' order, intensities gentle, stress, process, others."""
+    items = list(records)
+    require_ground_truth(items)  # pass^k and never-silent^k would count an unjudged run as clean
     grouped: defaultdict[tuple[str, str], list[TaskRecord]] = defaultdict(list)
-    for record in records:
+    for record in items:
         grouped[record.agent, intensity_of(record.profile)].append(record)
     agents = list(dict.fromkeys(agent for agent, _ in grouped))
     known = [name for name, _ in INTENSITIES]

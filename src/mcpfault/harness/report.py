@@ -516,6 +516,9 @@ AGENT_TOTALS_HEADER = (
 )
 
 
+MODEL_USAGE_HEADER = ("agent", "tasks", "model calls", "tokens in", "tokens out", "est. cost")
+
+
 def agent_totals(summary: Summary) -> list[AgentTotals]:
     totals = []
     for agent in summary.agents:
@@ -580,6 +583,20 @@ def print_model_usage(records: Iterable[TaskRecord] | Summary, console: Console)
     """The agents-and-models table on a rich console, when a model ran; nothing otherwise."""
     from rich.table import Table
 
+    from mcpfault.harness.claims_report import is_claims_run, model_usage_rows
+
+    if not isinstance(records, Summary):
+        records = list(records)
+        if is_claims_run(records):  # no ground truth: the tokens and cost, without success or silent shares
+            rows = model_usage_rows(records)
+            if rows:
+                usage = Table(title="models (all profiles)", title_justify="left")
+                for index, column in enumerate(MODEL_USAGE_HEADER):
+                    usage.add_column(column, justify="left" if index == 0 else "right", no_wrap=index == 0)
+                for row in rows:
+                    usage.add_row(*row)
+                console.print(usage)
+            return
     summary = records if isinstance(records, Summary) else summarize(records)
     if not any(c.model_tasks for c in summary.cells):
         return
@@ -833,6 +850,11 @@ def print_outcomes(records: Sequence[TaskRecord], console: Console, *, title: st
     """One session's tasks: outcomes per workflow, then retries, duplicates and what failed how."""
     from rich.table import Table
 
+    from mcpfault.harness.claims_report import is_claims_run, print_claims
+
+    if is_claims_run(records):
+        print_claims(records, console, title=title)
+        return
     table = Table(title=title, title_justify="left")
     table.add_column("workflow")
     for outcome in OUTCOMES:

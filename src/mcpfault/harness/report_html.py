@@ -42,6 +42,7 @@ OUTCOME_COLOURS: Final = {
     "recovered": "#0072B2",  # blue
     "failed_detected": "#E69F00",  # orange
     "failed_silent": "#D55E00",  # vermillion, with a black outline wherever it shows
+    "unjudged": "#999999",  # grey: claimed done, nobody could check (a server cassette)
 }
 KIND_COLOURS: Final = {
     "task": "#555555",
@@ -241,6 +242,10 @@ def _text(value: object) -> str:
 
 def render_run(data: RunData) -> str:
     """The whole page: silent failures, outcome table, exposure, charts, the task list and its traces."""
+    from mcpfault.harness.claims_report import is_claims_run
+
+    if is_claims_run(data.records):
+        return render_claims_run(data)
     summary = summarize(data.records)
     body = [
         f"<h1>{_e(data.title)}</h1>",
@@ -250,7 +255,49 @@ def render_run(data: RunData) -> str:
         _reliability_section(data.records),
         _exposure_section(summary, data.records),
         _charts_section(summary, data.records),
-        _tasks_section(data, summary),
+        _tasks_section(data, summary.profiles, summary.agents),
+        _markdown_section(data.markdown),
+    ]
+    return _page(data.title, "\n".join(part for part in body if part), _asset("report.js"))
+
+
+def render_claims_run(data: RunData) -> str:
+    """The page of a run against a server cassette: the no-ground-truth banner, the counts per cell (no
+    rate of any kind), the task list and its traces."""
+    from mcpfault.analysis.records import NO_TRUTH_OUTCOMES
+    from mcpfault.harness.claims_report import BANNER, CLAIMS_HEADER, cassettes_of, claim_cells
+
+    cells = claim_cells(data.records)
+    reasons = "".join(f"<li>{_e(reason)}</li>" for reason in cassettes_of(data.records))
+    banner = (
+        f'<section id="no-ground-truth" class="callout bad"><h2>{_e(BANNER.capitalize())}</h2>'
+        "<p>The server was a cassette (<code>mcpfault replay</code>), which knows no right answer and keeps no "
+        "state. A task the agent reported failed (or that crashed, timed out or broke the answer schema) is "
+        "<strong>failed_detected</strong>; a task it claimed done is <strong>unjudged</strong>: nobody checked "
+        f"its answer. There is no success rate and no silent-failure rate here, by design.</p><ul>{reasons}</ul>"
+        "</section>"
+    )
+    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in CLAIMS_HEADER)
+    rows = "".join(
+        f'<tr><td>{_e(c.profile)}</td><td>{_e(c.agent)}</td><td class="n">{c.tasks}</td>'
+        f'<td class="n" data-outcome="failed_detected">{c.detected}</td>'
+        f'<td class="n" data-outcome="unjudged">{c.unjudged}</td><td class="n">{c.faults_seen}</td>'
+        f"<td>{_e(', '.join(c.fault_types) or '-')}</td></tr>"
+        for c in cells
+    )
+    table = (
+        '<section id="outcomes"><h2>Outcomes per profile and agent</h2>'
+        f'<table id="claims-table" class="grid"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        "<p>faults seen: tasks in which a fault changed what the agent received.</p></section>"
+    )
+    profiles = tuple(dict.fromkeys(c.profile for c in cells))
+    agents = tuple(dict.fromkeys(c.agent for c in cells))
+    body = [
+        f"<h1>{_e(data.title)}</h1>",
+        _meta_line(data),
+        banner,
+        table,
+        _tasks_section(data, profiles, agents, outcomes=NO_TRUTH_OUTCOMES),
         _markdown_section(data.markdown),
     ]
     return _page(data.title, "\n".join(part for part in body if part), _asset("report.js"))
@@ -450,11 +497,13 @@ def _inline_svg(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
-def _tasks_section(data: RunData, summary: Summary) -> str:
+def _tasks_section(
+    data: RunData, profiles: Sequence[str], agents_in_order: Sequence[str], outcomes: Sequence[str] = OUTCOMES
+) -> str:
     """The task list (rows drawn by the script from compact JSON) and each task's trace, unparsed."""
-    order = {o: i for i, o in enumerate(("failed_silent", "failed_detected", "recovered", "success"))}
-    rows = {p: i for i, p in enumerate(summary.profiles)}
-    agents = {a: i for i, a in enumerate(summary.agents)}
+    order = {o: i for i, o in enumerate(("failed_silent", "failed_detected", "unjudged", "recovered", "success"))}
+    rows = {p: i for i, p in enumerate(profiles)}
+    agents = {a: i for i, a in enumerate(agents_in_order)}
 
     def place(i: int) -> tuple[int, ...]:
         r = data.records[i]
@@ -468,7 +517,7 @@ def _tasks_section(data: RunData, summary: Summary) -> str:
         + "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
         + "</select></label>"
         for key, label, values in (
-            ("outcome", "outcome", OUTCOMES),
+            ("outcome", "outcome", outcomes),
             ("profile", "profile", sorted({r.row for r in data.records})),
             ("agent", "agent", sorted({r.agent for r in data.records})),
             ("fault", "fault type", fault_types),

@@ -47,7 +47,7 @@ from mcpfault.analysis.collateral import collateral, outages
 from mcpfault.analysis.effects import TaskReads
 from mcpfault.analysis.join import faults_by_request, latency_pairs, probe_duplicates_by_task, touches_by_task
 from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
-from mcpfault.analysis.judge import TaskRun, check_answer, judge
+from mcpfault.analysis.judge import TaskRun, check_answer, judge, judge_claim
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
 from mcpfault.app.argv import mcpfault_argv
@@ -107,6 +107,9 @@ class SessionPlan:
     # The proxy's --probe (ebpf, or fake:EVENTS.json): the probe's duplicate side effects must then agree
     # with the judge's duplicates, a cross-check of the probe's join (a disagreement breaks the session).
     probe: str | None = None
+    # A recorded server (run/bench --server-cassette) in place of the mock: `mcpfault replay FILE` behind
+    # the proxy. No world, no state: the judge takes the agent's claim (analysis.judge.judge_claim).
+    server_cassette: Path | None = None
 
 
 @dataclass(slots=True)
@@ -134,6 +137,8 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     server += ["--journal", str(plan.out_dir / SERVER_JOURNAL)]
     if plan.traces:
         server += ["--spans", str(plan.out_dir / traces.SERVER_SPANS), *tracing]
+    if plan.server_cassette is not None:
+        server = mcpfault_argv("replay", str(plan.server_cassette), python=python)
     if plan.server_command is not None:
         server = list(plan.server_command)
     proxy = mcpfault_argv("proxy", "--config", str(plan.profile), python=python)
@@ -494,6 +499,8 @@ def judge_session(
     rereads: bool | None = None,
 ) -> Judged:
     """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
+    if plan.server_cassette is not None:
+        return _judge_claims(plan, runs, attempts, spans, rereads=plan.llm is not None if rereads is None else rereads)
     events = read_events(plan.out_dir / "events.jsonl")
     # The bundled mock's write journal survives SIGKILL: the first source of the writes, spans the second.
     journal = read_journal(plan.out_dir / SERVER_JOURNAL) if plan.server_command is None else None
@@ -556,6 +563,52 @@ def judge_session(
                 f"{probed.get(run.index, 0)} duplicate side effect(s) seen by the probe"
             )
         records.append(record)
+    return Judged(_attribute_collateral(plan, records, events, attempts), mismatches)
+
+
+def no_ground_truth(cassette: Path) -> str:
+    """What a record judged against a server cassette says about itself."""
+    return f"server cassette {cassette.name}: no ground truth, judged detected vs unjudged from the agent's claim"
+
+
+def _judge_claims(
+    plan: SessionPlan,
+    runs: Sequence[TaskRun],
+    attempts: Sequence[dict[str, Any]],
+    spans: traces.SessionSpans | None,
+    *,
+    rereads: bool,
+) -> Judged:
+    """A session against a server cassette: the faults that reached each task as usual, its outcome from the
+    agent's claim alone (a recorded server keeps no state and knows no right answer)."""
+    assert plan.server_cassette is not None
+    events = read_events(plan.out_dir / "events.jsonl")
+    by_request = touches_by_task(attempts, faults_by_request(events), rereads=rereads)
+    tasks = traces.task_traces(spans) if spans is not None else {}
+    touches, mismatches = by_request, []
+    if spans is not None:
+        # No server spans (the replay writes none) and no fields known to be read: the trace join sees
+        # the faults on each task's own requests, which the request-id join cross-checks.
+        reads = {r.index: TaskReads({}, drift_renames(plan.profile), {}) for r in runs}
+        touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
+        mismatches = traces.compare_touches(touches, by_request)
+    why = no_ground_truth(plan.server_cassette)
+    records = []
+    for run in runs:
+        task = tasks.get(run.index)
+        records.append(
+            judge_claim(
+                run,
+                touches.get(run.index),
+                profile=plan.profile_name,
+                agent=plan.agent,
+                session=plan.session,
+                why_no_truth=why,
+                attempts=len(task.tool_calls) if task is not None else None,
+                retries=task.retries if task is not None else None,
+                trace_id=task.span.trace_id if task is not None else None,
+            )
+        )
     return Judged(_attribute_collateral(plan, records, events, attempts), mismatches)
 
 
@@ -642,6 +695,7 @@ def write_session_inputs(plan: SessionPlan, runs: Sequence[TaskRun]) -> None:
         "rereads": plan.llm is not None,  # the llm agent: a request sent again counts as an action
         "probe": plan.probe,
         "server_command": list(plan.server_command) if plan.server_command is not None else None,
+        "server_cassette": str(plan.server_cassette) if plan.server_cassette is not None else None,
     }
     (plan.out_dir / SESSION_FILE).write_text(json.dumps(described, indent=1) + "\n", encoding="utf-8")
 

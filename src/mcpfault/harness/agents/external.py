@@ -178,7 +178,7 @@ def task_document(spec: TaskSpec) -> dict[str, Any]:
         "workflow": spec.workflow,
         "target": spec.target,
         "instruction": prompts.task_prompt(spec),
-        "system_prompt": prompts.system_prompt(hints=False),
+        "system_prompt": prompts.system_prompt(hints=False, workflow=spec.workflow),
         "answer_schema": prompts.answer_schema(spec.workflow),
         "answer_tool": prompts.ANSWER_TOOL,
         "failure_tool": prompts.FAILURE_TOOL,

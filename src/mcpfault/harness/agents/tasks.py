@@ -22,6 +22,8 @@ from mcpfault.mock.world import World
 WORKFLOWS = ("site_triage", "interface_check", "maintenance_roundtrip", "open_incident")
 # Every workflow a run may name: the default four, and the one that reads resources and a prompt.
 ALL_WORKFLOWS = (*WORKFLOWS, "config_audit")
+# The one task of a run against a server cassette: the user's own instruction, no ground truth, any answer.
+CASSETTE_WORKFLOW = "cassette"
 HOT_UTILIZATION_PCT = 80.0
 HOT_ERRORS_PER_MIN = 50
 
@@ -46,9 +48,13 @@ class TaskSpec:
     workflow: str
     target: str  # a site id (site_triage) or a device id
     tag: str  # unique per task, written into what the task creates so a judge can find it
+    instruction: str = ""  # the cassette workflow's instruction (--cassette-task); the others build theirs
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "workflow": self.workflow, "target": self.target, "tag": self.tag}
+        data = {"index": self.index, "workflow": self.workflow, "target": self.target, "tag": self.tag}
+        if self.instruction:
+            data["instruction"] = self.instruction
+        return data
 
 
 def check_workflows(names: Sequence[str]) -> tuple[str, ...]:
@@ -74,6 +80,14 @@ def plan_tasks(
         if offset >= first_index:
             specs.append(TaskSpec(offset, workflow, target, f"task-{seed}-{offset}"))
     return specs
+
+
+def cassette_tasks(count: int, instruction: str, *, first_index: int = 0) -> list[TaskSpec]:
+    """``count`` trials of the one instruction a server cassette's user gives (--cassette-task)."""
+    return [
+        TaskSpec(index, CASSETTE_WORKFLOW, "", f"cassette-{index}", instruction)
+        for index in range(first_index, first_index + count)
+    ]
 
 
 async def run_task(tools: Tools, spec: TaskSpec) -> Any:

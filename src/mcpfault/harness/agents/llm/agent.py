@@ -147,7 +147,7 @@ class LLMAgent:
                 await self._refresh_tools()
             request = ChatRequest(
                 model=self.config.model,
-                system=prompts.system_prompt(self.config.hints),
+                system=prompts.system_prompt(self.config.hints, spec.workflow),
                 messages=list(messages),
                 tools=[*self._tools, *prompts.answer_tools(spec.workflow)],
                 max_tokens=self.config.max_tokens,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcpfault.harness.agents.tasks import HOT_ERRORS_PER_MIN, HOT_UTILIZATION_PCT, TaskSpec
+from mcpfault.harness.agents.tasks import CASSETTE_WORKFLOW, HOT_ERRORS_PER_MIN, HOT_UTILIZATION_PCT, TaskSpec
 
 ANSWER_TOOL: Final = "submit_answer"
 FAILURE_TOOL: Final = "report_failure"
@@ -42,6 +42,8 @@ RELIABILITY_HINTS: Final = (
 )
 
 _ANSWER_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
+    # The user's own task (a server cassette's): what its answer holds is theirs to know, so any object.
+    CASSETTE_WORKFLOW: {"type": "object"},
     "site_triage": {
         "type": "object",
         "properties": {
@@ -86,12 +88,25 @@ _ANSWER_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
 }
 
 
-def system_prompt(hints: bool) -> str:
-    return f"{SYSTEM}\n\n{RELIABILITY_HINTS}" if hints else SYSTEM
+# Against a server cassette the tools are the user's server's, not the network's: nothing about the mock.
+CASSETTE_SYSTEM: Final = (
+    "You are an assistant with the tools of an MCP server. Use the tools to do the task; do not guess what a "
+    f"tool would return. When you are done, call {ANSWER_TOOL} exactly once with the answer as an object. If "
+    f"you cannot complete the task, call {FAILURE_TOOL} with the reason instead of giving an answer you are "
+    "not sure of."
+)
+
+
+def system_prompt(hints: bool, workflow: str | None = None) -> str:
+    base = CASSETTE_SYSTEM if workflow == CASSETTE_WORKFLOW else SYSTEM
+    # The hints speak of the mock's as_of and idempotency_key: only its tasks get them.
+    return f"{base}\n\n{RELIABILITY_HINTS}" if hints and workflow != CASSETTE_WORKFLOW else base
 
 
 def task_prompt(spec: TaskSpec) -> str:
     target, tag = spec.target, spec.tag
+    if spec.workflow == CASSETTE_WORKFLOW:
+        return spec.instruction
     if spec.workflow == "site_triage":
         return (
             f"Which devices at site `{target}` need attention, that is, have status degraded or down? "
@@ -145,6 +160,8 @@ def to_task_answer(workflow: str, submitted: Mapping[str, Any]) -> Any:
         return sorted(str(i) for i in submitted["hot_interfaces"])
     if workflow == "maintenance_roundtrip":
         return {"confirmed": submitted["confirmed"] is True}
+    if workflow == CASSETTE_WORKFLOW:
+        return dict(submitted)  # any object: no ground truth shapes it
     return {"incident_id": str(submitted["incident_id"])}
 
 

@@ -1,0 +1,216 @@
+"""run/bench --server-cassette: a recorded session replayed under faults, judged without ground truth.
+
+The cassette is recorded for real (the official SDK client through `mcpfault record` against
+mcp-server-time); the agent is a real external process on the SDK client, reaching the replay through
+the harness's gateway and the fault proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters, stdio_client
+
+from tests.test_interop import TIME_SERVER
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+MCPFAULT = [sys.executable, "-m", "mcpfault"]
+TASK = "What time is it in Paris? Answer with the time the server gives."
+# The agent the user recorded: asks the time in Paris, says "done" with it; when the call fails it says
+# "failed" (honest) or "done" anyway (a liar: without ground truth both claims stay unjudged or detected).
+AGENT = """
+import json, os, sys
+import anyio
+from mcp import Client
+
+async def main() -> None:
+    task = json.load(open(os.environ["MCPFAULT_TASK"], encoding="utf-8"))
+    assert task["workflow"] == "cassette" and task["answer_schema"] == {"type": "object"}, task
+    assert task["instruction"] == sys.argv[2], task["instruction"]
+    async with Client(os.environ["MCPFAULT_MCP_URL"], mode="legacy", read_timeout_seconds=10) as client:
+        result = await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+    if result.is_error and sys.argv[1] == "honest":
+        answer = {"status": "failed", "reason": "get_current_time failed"}
+    else:
+        answer = {"status": "done", "answer": {"time": str(result.structured_content)}}
+    json.dump(answer, open(os.environ["MCPFAULT_ANSWER"], "w", encoding="utf-8"))
+
+anyio.run(main)
+"""
+EVERY_CALL_FAILS = '[[faults]]\nname = "broken-time"\ntype = "error"\nmode = "tool"\nprobability = 1.0\n'
+
+
+@pytest.fixture(scope="module")
+def cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session of the SDK client with mcp-server-time, recorded through `mcpfault record`."""
+    path = tmp_path_factory.mktemp("cassette") / "time.cassette"
+    command = [*MCPFAULT, "record", "--out", str(path), "--", *TIME_SERVER]
+
+    async def session() -> None:
+        server = StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT))
+        async with Client(stdio_client(server), mode="legacy", read_timeout_seconds=10) as client:
+            await client.list_tools()
+            await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
+
+    import anyio
+
+    anyio.run(session)
+    return path
+
+
+def agent_command(tmp_path: Path, behaviour: str) -> str:
+    script = tmp_path / "my_agent.py"
+    script.write_text(AGENT, encoding="utf-8")
+    return f"{sys.executable} {script} {behaviour} {json.dumps(TASK)}"
+
+
+def mcpfault(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MCPFAULT, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def records_of(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_a_done_agent_is_unjudged_and_the_report_says_there_is_no_ground_truth(tmp_path: Path, cassette: Path) -> None:
+    out = tmp_path / "run"
+    done = mcpfault(
+        "run",
+        "--server-cassette",
+        str(cassette),
+        "--cassette-task",
+        TASK,
+        "--profile",
+        "baseline",
+        "--tasks",
+        "2",
+        "--agent",
+        "cmd:mine",
+        "--agent-command",
+        agent_command(tmp_path, "honest"),
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    records = records_of(out)
+    assert [r["outcome"] for r in records] == ["unjudged", "unjudged"]
+    assert all("time.cassette: no ground truth" in r["no_ground_truth"] for r in records)
+    assert all(r["task"] == "cassette" and "Europe/Paris" in r["answer"]["time"] for r in records)
+    assert "NO GROUND TRUTH: JUDGED DETECTED VS UNJUDGED ONLY" in done.stdout
+    page = (out / "report.html").read_text()
+    assert "No ground truth: judged detected vs unjudged only" in page
+    assert "correct (95%)" not in page and "silent (95%)" not in page  # no rate of either kind
+
+
+def test_a_failed_agent_is_detected_with_the_faults_it_met(tmp_path: Path, cassette: Path) -> None:
+    profile = tmp_path / "broken_time.toml"
+    profile.write_text(EVERY_CALL_FAILS, encoding="utf-8")
+    out = tmp_path / "run"
+    failed = mcpfault(
+        "run",
+        "--server-cassette",
+        str(cassette),
+        "--cassette-task",
+        TASK,
+        "--profile",
+        str(profile),
+        "--tasks",
+        "2",
+        "--agent",
+        "cmd:mine",
+        "--agent-command",
+        agent_command(tmp_path, "honest"),
+        "--out",
+        str(out),
+    )
+    assert failed.returncode == 0, failed.stderr
+    records = records_of(out)
+    assert [r["outcome"] for r in records] == ["failed_detected", "failed_detected"]
+    assert {r["failure"] for r in records} == {"agent_reported_failure"}
+    assert all(r["affected_types"] == ["error"] for r in records)
+
+
+def test_bench_over_http_counts_detected_and_unjudged_with_no_success_rate(tmp_path: Path, cassette: Path) -> None:
+    profile = tmp_path / "broken_time.toml"
+    profile.write_text(EVERY_CALL_FAILS, encoding="utf-8")
+    out = tmp_path / "bench"
+    bench = mcpfault(
+        "bench",
+        "--server-cassette",
+        str(cassette),
+        "--cassette-task",
+        TASK,
+        "--profiles",
+        f"baseline,{profile}",
+        "--agents",
+        "cmd:liar,cmd:honest",
+        "--agent-command",
+        f"liar={agent_command(tmp_path, 'liar')}",
+        "--agent-command",
+        f"honest={agent_command(tmp_path, 'honest')}",
+        "--tasks",
+        "2",
+        "--transport",
+        "http",
+        "--jobs",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert bench.returncode == 0, bench.stderr
+    records = records_of(out)
+    outcomes = {(r["profile"], r["agent"], r["outcome"]) for r in records if r["profile"] != "http"}
+    assert outcomes == {
+        ("baseline", "cmd:liar", "unjudged"),
+        ("baseline", "cmd:honest", "unjudged"),
+        ("broken_time", "cmd:liar", "unjudged"),  # a lie nobody can catch without ground truth
+        ("broken_time", "cmd:honest", "failed_detected"),
+    }
+    # The http profile joins the matrix over HTTP; its faults are its own, its outcomes still only these two.
+    assert {r["outcome"] for r in records if r["profile"] == "http"} <= {"unjudged", "failed_detected"}
+    assert {r["transport"] for r in records} == {"http"}
+    report = (out / "report.md").read_text()
+    assert "**No ground truth: judged detected vs unjudged only.**" in report
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in report.splitlines() if "|" in line]
+    assert ["profile", "agent", "tasks", "detected", "unjudged", "faults seen", "fault types"] in table
+    assert ["broken_time (http)", "cmd:honest", "2", "2", "0", "2", "error"] in table
+    assert ["broken_time (http)", "cmd:liar", "2", "0", "2", "2", "error"] in table
+    assert ["baseline (http)", "cmd:liar", "2", "0", "2", "0", "-"] in table
+    counts = report[report.index("## Outcomes") :]  # after the banner, which says there is no rate
+    assert "success" not in counts and "silent" not in counts and "%" not in counts
+    assert not (out / "charts").exists()
+    assert "No ground truth" in (out / "report.html").read_text()
+
+
+def test_scripted_policies_and_bad_cassettes_are_refused_before_any_work(tmp_path: Path, cassette: Path) -> None:
+    def refused(*args: str) -> str:
+        out = tmp_path / "never"
+        done = mcpfault("run", "--tasks", "1", "--out", str(out), *args)
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert not out.exists()
+        return done.stderr
+
+    task = ("--cassette-task", TASK)
+    for agent in ("naive", "resilient", "resilient-no-verify"):
+        message = refused("--server-cassette", str(cassette), *task, "--agent", agent)
+        assert f"agent(s) {agent} run the mock server's task code" in message and "cmd:NAME" in message
+        assert "llm" in message
+    bench = mcpfault("bench", "--server-cassette", str(cassette), *task, "--agents", "retry-only")
+    assert bench.returncode == 2 and "agent(s) retry-only" in bench.stderr
+    mine = ("--agent", "cmd:mine", "--agent-command", agent_command(tmp_path, "honest"))
+    missing = tmp_path / "missing.cassette"
+    assert f"cannot read the cassette {missing}" in refused("--server-cassette", str(missing), *task, *mine)
+    not_one = tmp_path / "notes.cassette"
+    not_one.write_text('{"hello": 1}\n', encoding="utf-8")
+    assert f"{not_one}:1: not a cassette header" in refused("--server-cassette", str(not_one), *task, *mine)
+    no_tools = tmp_path / "no_tools.cassette"
+    no_tools.write_text(cassette.read_text().splitlines()[0] + "\n", encoding="utf-8")
+    assert f"--server-cassette {no_tools}: no tools" in refused("--server-cassette", str(no_tools), *task, *mine)
+    assert "give --cassette-task TEXT" in refused("--server-cassette", str(cassette), *mine)
+    assert "--cassette-task applies with --server-cassette" in refused(*task, *mine)
