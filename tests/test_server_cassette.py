@@ -18,7 +18,6 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 from tests.test_interop import TIME_SERVER
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 MCPFAULT = [sys.executable, "-m", "mcpfault"]
 TASK = "What time is it in Paris? Answer with the time the server gives."
@@ -78,6 +77,7 @@ def records_of(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_done_agent_is_unjudged_and_the_report_says_there_is_no_ground_truth(tmp_path: Path, cassette: Path) -> None:
     out = tmp_path / "run"
     done = mcpfault(
@@ -108,6 +108,7 @@ def test_a_done_agent_is_unjudged_and_the_report_says_there_is_no_ground_truth(t
     assert "correct (95%)" not in page and "silent (95%)" not in page  # no rate of either kind
 
 
+@pytest.mark.slow
 def test_a_failed_agent_is_detected_with_the_faults_it_met(tmp_path: Path, cassette: Path) -> None:
     profile = tmp_path / "broken_time.toml"
     profile.write_text(EVERY_CALL_FAILS, encoding="utf-8")
@@ -136,6 +137,7 @@ def test_a_failed_agent_is_detected_with_the_faults_it_met(tmp_path: Path, casse
     assert all(r["affected_types"] == ["error"] for r in records)
 
 
+@pytest.mark.slow
 def test_bench_over_http_counts_detected_and_unjudged_with_no_success_rate(tmp_path: Path, cassette: Path) -> None:
     profile = tmp_path / "broken_time.toml"
     profile.write_text(EVERY_CALL_FAILS, encoding="utf-8")
@@ -184,10 +186,23 @@ def test_bench_over_http_counts_detected_and_unjudged_with_no_success_rate(tmp_p
     assert ["baseline (http)", "cmd:liar", "2", "0", "2", "0", "-"] in table
     counts = report[report.index("## Outcomes") :]  # after the banner, which says there is no rate
     assert "success" not in counts and "silent" not in counts and "%" not in counts
+    again = mcpfault("report", "--rejudge", str(out), "--out", str(tmp_path / "rejudged"))
+    assert again.returncode == 0, again.stderr
+
+    def verdicts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        keys = ("profile", "agent", "session", "task_index", "outcome", "failure", "affected_types", "no_ground_truth")
+        return sorted(tuple(json.dumps(row.get(k)) for k in keys) for row in rows)
+
+    assert verdicts(records_of(tmp_path / "rejudged")) == verdicts(records)  # judged again from the claims
+    assert "NO GROUND TRUTH" in again.stdout
+    merged = mcpfault("report", "--merge", str(out), "--out", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    assert "No ground truth" in (tmp_path / "merged" / "report.md").read_text()
     assert not (out / "charts").exists()
     assert "No ground truth" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_scripted_policies_and_bad_cassettes_are_refused_before_any_work(tmp_path: Path, cassette: Path) -> None:
     def refused(*args: str) -> str:
         out = tmp_path / "never"
@@ -214,3 +229,55 @@ def test_scripted_policies_and_bad_cassettes_are_refused_before_any_work(tmp_pat
     assert f"--server-cassette {no_tools}: no tools" in refused("--server-cassette", str(no_tools), *task, *mine)
     assert "give --cassette-task TEXT" in refused("--server-cassette", str(cassette), *mine)
     assert "--cassette-task applies with --server-cassette" in refused(*task, *mine)
+
+
+def claim_record(outcome: Any, **fields: Any) -> Any:
+    from mcpfault.analysis.records import TaskRecord
+
+    return TaskRecord(
+        profile="p", agent="cmd:mine", session=0, task_index=0, task="cassette", outcome=outcome, **fields
+    )
+
+
+def test_judge_claim_never_gives_success_or_failed_silent() -> None:
+    from mcpfault.analysis.judge import TaskRun, judge_claim
+
+    def judged(failure: str | None) -> Any:
+        run = TaskRun(0, "cassette", "", "cassette-0", 1.0, 2.0, answer={"x": 1}, failure=failure, detail="why")
+        return judge_claim(run, None, profile="p", agent="cmd:mine", session=0, why_no_truth="server cassette c")
+
+    done, failed = judged(None), judged("agent_timeout")
+    assert (done.outcome, done.failure, done.no_ground_truth) == ("unjudged", None, "server cassette c")
+    assert (failed.outcome, failed.failure, failed.detail) == ("failed_detected", "agent_timeout", "why")
+    assert done.as_dict()["no_ground_truth"] == "server cassette c"
+    assert "no_ground_truth" not in claim_record("success").as_dict()  # a judged record stays as it was
+
+
+def test_no_rate_counts_an_unjudged_task() -> None:
+    from mcpfault.analysis.summary import summarize
+    from mcpfault.harness.metrics_push import record_bench_metrics
+    from mcpfault.harness.reliability import reliability_points
+    from mcpfault.telemetry import names
+    from mcpfault.telemetry.metrics import HarnessMetrics
+
+    records = [claim_record("unjudged", no_ground_truth="server cassette c")]
+    for rate in (summarize, reliability_points):
+        with pytest.raises(ValueError, match="judged without ground truth"):
+            rate(records)
+    metrics = HarnessMetrics()
+    record_bench_metrics(records, metrics)
+    labels = {"profile": "p", "agent": "cmd:mine"}
+    outcome = metrics.registry.get_sample_value(names.TASK_OUTCOMES_TOTAL, {**labels, "outcome": "unjudged"})
+    assert outcome == 1  # pushed as what it is
+    assert metrics.registry.get_sample_value(names.SILENT_FAILURES_TOTAL, labels) is None  # not even a 0
+
+
+def test_the_task_file_of_a_cassette_task_carries_the_users_instruction() -> None:
+    from mcpfault.harness.agents.external import task_document
+    from mcpfault.harness.agents.tasks import cassette_tasks
+
+    spec = cassette_tasks(3, TASK)[2]
+    document = task_document(spec)
+    assert (document["workflow"], document["task_id"], document["instruction"]) == ("cassette", "cassette-2", TASK)
+    assert document["answer_schema"] == {"type": "object"}
+    assert "network" not in document["system_prompt"]  # the mock's world is not the recorded server's

@@ -724,6 +724,7 @@ def _report(args: argparse.Namespace) -> int:
     from mcpfault.analysis.records import write_records
     from mcpfault.analysis.server import write_accounts
     from mcpfault.harness.bench import SERVER_ACCOUNTS, merge_results
+    from mcpfault.harness.claims_report import is_claims_run, print_claims, write_claims_report
     from mcpfault.harness.report import ReportMeta, print_summary, write_report
 
     if args.rejudge is not None:
@@ -750,9 +751,16 @@ def _report(args: argparse.Namespace) -> int:
     )
     if merged.servers:
         write_accounts(out / SERVER_ACCOUNTS, merged.servers)
-    report = write_report(merged.records, out, meta, merged.servers)
+    claims = is_claims_run(merged.records)
+    if claims:  # shards of a bench against a server cassette: no ground truth, no rates
+        report = write_claims_report(merged.records, out, command=meta.command)
+    else:
+        report = write_report(merged.records, out, meta, merged.servers)
     write_html(out)
-    print_summary(merged.records, _console())
+    if claims:
+        print_claims(merged.records, _console(), title="tasks per profile and agent against the server cassette")
+    else:
+        print_summary(merged.records, _console())
     print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
     return EXIT_OK
 
@@ -781,8 +789,14 @@ def _rejudge(args: argparse.Namespace) -> int:
         broken=tuple((b.profile, b.agent, b.session, b.error) for b in before.broken),
         trials=before.trials,
     )
-    report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
-    print_summary(result.records, _console())
+    from mcpfault.harness.claims_report import is_claims_run, print_claims, write_claims_report
+
+    if is_claims_run(result.records):  # a bench against a server cassette: judged again from the claims
+        report = write_claims_report(result.records, out, command=meta.command)
+        print_claims(result.records, _console(), title="tasks per profile and agent against the server cassette")
+    else:
+        report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
+        print_summary(result.records, _console())
     for line in describe(result, run_dir):
         print(line)
     print(f"report: {report}")

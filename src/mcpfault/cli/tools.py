@@ -80,9 +80,9 @@ def add_tools(commands: Any) -> None:
     which = show.add_mutually_exclusive_group()
     which.add_argument("--task", type=int, metavar="N", help="the task with this index (every cell's, in a bench)")
     which.add_argument("--trace", metavar="ID", help="the trace with this id (32 hex digits, or its start)")
-    from mcpfault.analysis.records import OUTCOMES
+    from mcpfault.analysis.records import ALL_OUTCOMES
 
-    show.add_argument("--outcome", choices=OUTCOMES, help="only tasks with this outcome (e.g. failed_silent)")
+    show.add_argument("--outcome", choices=ALL_OUTCOMES, help="only tasks with this outcome (e.g. failed_silent)")
     show.add_argument("--profile", metavar="NAME", help="only tasks run under this profile")
     show.add_argument("--agent", metavar="NAME", help="only tasks of this agent")
     show.set_defaults(handler=_traces_show, command="traces show")
