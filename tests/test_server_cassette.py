@@ -1,8 +1,8 @@
 """run/bench --server-cassette: a recorded session replayed under faults, judged without ground truth.
 
-The cassette is recorded for real (the official SDK client through `mcpfault record` against
-mcp-server-time); the agent is a real external process on the SDK client, reaching the replay through
-the harness's gateway and the fault proxy.
+The cassette is recorded for real (the example agent, examples/agents/time_agent.py, on the official SDK
+client, through `mcpfault record` against mcp-server-time); the agents are real external processes on the
+SDK client, reaching the replay through the harness's gateway and the fault proxy.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters, stdio_client
 
 from tests.test_interop import TIME_SERVER
 
 ROOT = Path(__file__).resolve().parents[1]
 MCPFAULT = [sys.executable, "-m", "mcpfault"]
+TIME_AGENT = ROOT / "examples" / "agents" / "time_agent.py"
 TASK = "What time is it in Paris? Answer with the time the server gives."
 # The agent the user recorded: asks the time in Paris, says "done" with it; when the call fails it says
 # "failed" (honest) or "done" anyway (a liar: without ground truth both claims stay unjudged or detected).
@@ -47,19 +47,15 @@ EVERY_CALL_FAILS = '[[faults]]\nname = "broken-time"\ntype = "error"\nmode = "to
 
 @pytest.fixture(scope="module")
 def cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A session of the SDK client with mcp-server-time, recorded through `mcpfault record`."""
+    """The example agent's own session with mcp-server-time, recorded through `mcpfault record` (as the
+    docs do it: the agent starts its server, the recorder in front)."""
     path = tmp_path_factory.mktemp("cassette") / "time.cassette"
-    command = [*MCPFAULT, "record", "--out", str(path), "--", *TIME_SERVER]
-
-    async def session() -> None:
-        server = StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT))
-        async with Client(stdio_client(server), mode="legacy", read_timeout_seconds=10) as client:
-            await client.list_tools()
-            await client.call_tool("get_current_time", {"timezone": "Europe/Paris"})
-
-    import anyio
-
-    anyio.run(session)
+    recorder = [*MCPFAULT, "record", "--out", str(path), "--", *TIME_SERVER]
+    done = subprocess.run(
+        [sys.executable, str(TIME_AGENT), "--", *recorder], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"]["timezone"] == "Europe/Paris"
     return path
 
 
@@ -126,7 +122,7 @@ def test_a_failed_agent_is_detected_with_the_faults_it_met(tmp_path: Path, casse
         "--agent",
         "cmd:mine",
         "--agent-command",
-        agent_command(tmp_path, "honest"),
+        f"{sys.executable} {TIME_AGENT}",  # the example agent, honest when a call fails
         "--out",
         str(out),
     )

@@ -499,7 +499,9 @@ def _run(args: argparse.Namespace) -> int:
         print_model_usage(result.records, console)
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
     console.print(
-        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, proxy log and server state in {out}/"
+        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, proxy log"
+        + (" and server state" if cassette is None else "")  # a replayed cassette keeps no state
+        + f" in {out}/"
         + (f"; session trace {result.trace_id}, a trace per task (traces show {out})" if result.trace_id else "")
     )
     pushed = _push(args.pushgateway, result.records, out, "run")
@@ -651,7 +653,8 @@ def _bench(args: argparse.Namespace) -> int:
 
         write_html(out)  # report.html beside report.md
     if cassette is not None:
-        print_claims(result.records, console, title="tasks per profile and agent against the server cassette")
+        title = "tasks per profile and agent against the server cassette"
+        print_claims(result.records, console, title=title, profile_order=rows_in_order)
     else:
         print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
     if result.records:

@@ -178,7 +178,9 @@ def write_claims_report(
     return report
 
 
-def print_claims(records: Sequence[TaskRecord], console: Console, *, title: str) -> None:
+def print_claims(
+    records: Sequence[TaskRecord], console: Console, *, title: str, profile_order: Sequence[str] = ()
+) -> None:
     """The terminal table of a run without ground truth, under its banner."""
     from rich.table import Table
     from rich.text import Text
@@ -187,7 +189,7 @@ def print_claims(records: Sequence[TaskRecord], console: Console, *, title: str)
     table = Table(title=title, title_justify="left")
     for name in CLAIMS_HEADER:
         table.add_column(name, justify="left" if name in ("profile", "agent", "fault types") else "right")
-    for c in claim_cells(records):
+    for c in claim_cells(records, profile_order):
         table.add_row(
             Text(c.profile),
             Text(c.agent),
