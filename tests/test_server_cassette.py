@@ -277,3 +277,46 @@ def test_the_task_file_of_a_cassette_task_carries_the_users_instruction() -> Non
     assert (document["workflow"], document["task_id"], document["instruction"]) == ("cassette", "cassette-2", TASK)
     assert document["answer_schema"] == {"type": "object"}
     assert "network" not in document["system_prompt"]  # the mock's world is not the recorded server's
+
+
+@pytest.mark.slow
+def test_the_llm_agent_gets_the_users_instruction_and_the_recorded_tools(tmp_path: Path, cassette: Path) -> None:
+    import os
+
+    from mcpfault.harness.agents.llm.fakemodel import FakeMessagesServer
+
+    out = tmp_path / "run"
+    with FakeMessagesServer("careful") as model:
+        done = subprocess.run(
+            [
+                *MCPFAULT,
+                "run",
+                "--server-cassette",
+                str(cassette),
+                "--cassette-task",
+                TASK,
+                "--agent",
+                "llm",
+                "--model",
+                "openai:local-model",  # any name: the base URL is the scripted model's
+                "--llm-base-url",
+                f"{model.base_url}/v1",
+                "--tasks",
+                "1",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            env={**os.environ, "OPENAI_API_KEY": "not-a-real-key"},
+        )
+        assert done.returncode == 0, done.stderr
+        first = model.requests[0]
+    text = json.dumps(first)
+    assert TASK in text and "get_current_time" in text and "network" not in text  # no word of the mock
+    # The scripted fake model knows only the mock's tasks: it stops without an answer, which is detected.
+    (record,) = records_of(out)
+    assert (record["outcome"], record["failure"]) == ("failed_detected", "no_answer")
+    assert record["model_calls"] >= 1 and "no ground truth" in record["no_ground_truth"]

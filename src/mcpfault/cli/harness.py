@@ -499,8 +499,8 @@ def _run(args: argparse.Namespace) -> int:
         print_model_usage(result.records, console)
     console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
     console.print(
-        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans, "
-        + ("proxy log and server state" if cassette is None else "and proxy log")  # a cassette keeps no state
+        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans"
+        + (", proxy log and server state" if cassette is None else " and proxy log")  # a cassette keeps no state
         + f" in {out}/"
         + (f"; session trace {result.trace_id}, a trace per task (traces show {out})" if result.trace_id else "")
     )

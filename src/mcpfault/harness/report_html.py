@@ -42,7 +42,7 @@ OUTCOME_COLOURS: Final = {
     "recovered": "#0072B2",  # blue
     "failed_detected": "#E69F00",  # orange
     "failed_silent": "#D55E00",  # vermillion, with a black outline wherever it shows
-    "unjudged": "#999999",  # grey: claimed done, nobody could check (a server cassette)
+    "unjudged": "#666666",  # grey: claimed done, nobody could check (a server cassette)
 }
 KIND_COLOURS: Final = {
     "task": "#555555",
