@@ -223,6 +223,8 @@ def test_scripted_policies_and_bad_cassettes_are_refused_before_any_work(tmp_pat
     no_tools = tmp_path / "no_tools.cassette"
     no_tools.write_text(cassette.read_text().splitlines()[0] + "\n", encoding="utf-8")
     assert f"--server-cassette {no_tools}: no tools" in refused("--server-cassette", str(no_tools), *task, *mine)
+    modern = refused("--server-cassette", str(cassette), *task, *mine, "--era", "modern")
+    assert "recorded in the legacy era" in modern and "--era legacy" in modern
     assert "give --cassette-task TEXT" in refused("--server-cassette", str(cassette), *mine)
     assert "--cassette-task applies with --server-cassette" in refused(*task, *mine)
 

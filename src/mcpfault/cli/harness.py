@@ -241,6 +241,13 @@ def _server_cassette(args: argparse.Namespace, agents: Sequence[str]) -> Path | 
         recorded = load(cassette)
     except UsageError as exc:
         raise UsageError(f"--server-cassette: {exc}") from None
+    eras = recorded.header.get("eras")
+    if isinstance(eras, list) and eras and args.era not in eras:
+        # Replay answers the handshake as recorded: a legacy recording has no server/discover to give back.
+        raise UsageError(
+            f"--server-cassette {cassette}: recorded in the {', '.join(map(str, eras))} era, and replay answers "
+            f"the handshake as recorded; run with --era {eras[0]} (or record a session in the {args.era} era)"
+        )
     if not recorded.listing("tools/list"):
         raise UsageError(
             f"--server-cassette {cassette}: no tools: the cassette holds no answered tools/list with a tool in it; "
@@ -492,7 +499,8 @@ def _run(args: argparse.Namespace) -> int:
     write_records(out / "records.jsonl", result.records)
     from mcpfault.harness.report_html import write_html
 
-    write_html(out)  # report.html: the tasks and their traces in a browser
+    if result.records:  # a session that broke before its first task leaves nothing to show
+        write_html(out)  # report.html: the tasks and their traces in a browser
     over = " over Streamable HTTP" if args.transport == "http" else ""
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
     if result.records:
