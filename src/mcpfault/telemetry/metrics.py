@@ -253,7 +253,8 @@ class HarnessMetrics(_Metrics):
         super().__init__(registry)
         self._outcomes = self._counter(
             names.TASK_OUTCOMES_TOTAL,
-            "Agent tasks by judged outcome (success, recovered, failed_detected, failed_silent).",
+            "Agent tasks by judged outcome (success, recovered, failed_detected, failed_silent; unjudged without "
+            "ground truth, against a server cassette).",
             names.TASK_OUTCOMES_TOTAL_LABELS,
         )
         self._recovery = self._histogram(

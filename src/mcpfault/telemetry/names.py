@@ -256,7 +256,7 @@ TASK_INDEX: Final = "mcpfault.task.index"  # within its (profile, agent) cell; m
 TASK_WORKFLOW: Final = "mcpfault.task.workflow"
 TASK_TARGET: Final = "mcpfault.task.target"
 TASK_TAG: Final = "mcpfault.task.tag"  # written into what the task creates (incident summaries)
-TASK_OUTCOME: Final = "mcpfault.task.outcome"  # success, recovered, failed_detected, failed_silent
+TASK_OUTCOME: Final = "mcpfault.task.outcome"  # success, recovered, failed_detected, failed_silent, unjudged
 # Each task is the root of its own trace; span links join it and its session's span both ways, an
 # attribute on each link saying what the other end is (as OpenTelemetry links a batch and its items).
 LINK_ROLE: Final = "mcpfault.link.role"
