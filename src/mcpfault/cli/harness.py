@@ -763,10 +763,13 @@ def _report(args: argparse.Namespace) -> int:
     if merged.servers:
         write_accounts(out / SERVER_ACCOUNTS, merged.servers)
     claims = is_claims_run(merged.records)
-    if claims:  # shards of a bench against a server cassette: no ground truth, no rates
-        report = write_claims_report(merged.records, out, command=meta.command)
-    else:
-        report = write_report(merged.records, out, meta, merged.servers)
+    try:
+        if claims:  # shards of a bench against a server cassette: no ground truth, no rates
+            report = write_claims_report(merged.records, out, command=meta.command)
+        else:
+            report = write_report(merged.records, out, meta, merged.servers)
+    except ValueError as exc:  # records judged with and without ground truth do not make one report
+        raise UsageError(f"--merge: {exc}; merge the benches against a server cassette apart") from None
     write_html(out)
     if claims:
         print_claims(merged.records, _console(), title="tasks per profile and agent against the server cassette")

@@ -4,8 +4,8 @@ A recorded server knows no right answer and keeps no state, so the judge (``anal
 takes the agent's word only where a word can be taken: a task the agent reports failed is
 failed_detected, one it claims done is unjudged. This report therefore has no success rate and no
 silent rate, not even as a dash: per profile x agent it counts tasks, detected, unjudged and the tasks
-faults reached, under a banner that says why. ``analysis.summary.summarize`` refuses these records, so
-no rate elsewhere can count them by mistake.
+in which a fault changed what the agent received, under a banner that says why.
+``analysis.summary.summarize`` refuses these records, so no rate elsewhere can count them by mistake.
 """
 
 from __future__ import annotations
