@@ -297,7 +297,15 @@ def render_claims_run(data: RunData) -> str:
         _meta_line(data),
         banner,
         table,
-        _tasks_section(data, profiles, agents, outcomes=NO_TRUTH_OUTCOMES),
+        _tasks_section(
+            data,
+            profiles,
+            agents,
+            outcomes=NO_TRUTH_OUTCOMES,
+            # A replayed cassette writes no spans of its own: the proxy's are the server side of a trace.
+            intro="Detected failures first. Click a task to see its trace: the attempts, and the proxy's spans "
+            "with their faults and what the client received.",
+        ),
         _markdown_section(data.markdown),
     ]
     return _page(data.title, "\n".join(part for part in body if part), _asset("report.js"))
@@ -497,8 +505,18 @@ def _inline_svg(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
+TASKS_INTRO: Final = (
+    "Failures first. Click a task to see its trace: the attempts, the proxy's spans with their faults and "
+    "what the client received, the server's spans with their state changes and duplicates."
+)
+
+
 def _tasks_section(
-    data: RunData, profiles: Sequence[str], agents_in_order: Sequence[str], outcomes: Sequence[str] = OUTCOMES
+    data: RunData,
+    profiles: Sequence[str],
+    agents_in_order: Sequence[str],
+    outcomes: Sequence[str] = OUTCOMES,
+    intro: str = TASKS_INTRO,
 ) -> str:
     """The task list (rows drawn by the script from compact JSON) and each task's trace, unparsed."""
     order = {o: i for i, o in enumerate(("failed_silent", "failed_detected", "unjudged", "recovered", "success"))}
@@ -532,9 +550,7 @@ def _tasks_section(
         for h in ("outcome", "profile", "agent", "session", "task", "workflow", "faults", "attempts", "dup", "ms")
     )
     return (
-        '<section id="tasks"><h2>Tasks</h2>'
-        "<p>Failures first. Click a task to see its trace: the attempts, the proxy's spans with their faults and "
-        "what the client received, the server's spans with their state changes and duplicates.</p>"
+        f'<section id="tasks"><h2>Tasks</h2><p>{_e(intro)}</p>'
         f'<div class="filters">{selects} <span id="task-count"></span></div>'
         f'<table id="task-table" class="grid tasks"><thead><tr>{head}</tr></thead><tbody></tbody></table>'
         f'<script type="application/json" id="task-data">{_json(tasks)}</script>\n{trace_scripts}</section>'
