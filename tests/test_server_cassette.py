@@ -226,6 +226,9 @@ def test_scripted_policies_and_bad_cassettes_are_refused_before_any_work(tmp_pat
     modern = refused("--server-cassette", str(cassette), *task, *mine, "--era", "modern")
     assert "recorded in the legacy era" in modern and "--era legacy" in modern
     assert "give --cassette-task TEXT" in refused("--server-cassette", str(cassette), *mine)
+    assert "--workflows names the mock's task suite" in refused(
+        "--server-cassette", str(cassette), *task, *mine, "--workflows", "site_triage"
+    )
     assert "--cassette-task applies with --server-cassette" in refused(*task, *mine)
 
 

@@ -262,6 +262,11 @@ def _server_cassette(args: argparse.Namespace, agents: Sequence[str]) -> Path | 
         raise UsageError("--workflows names the mock's task suite; with --server-cassette the task is --cassette-task")
     if args.probe is not None:
         raise UsageError("--probe cross-checks the mock server's write journal; a cassette keeps none")
+    if args.reliability_hints != "off":
+        raise UsageError(
+            "--reliability-hints tell the model about the mock server (as_of, idempotency_key); a cassette's "
+            "server is yours: leave them off with --server-cassette"
+        )
     return cassette.absolute()
 
 
