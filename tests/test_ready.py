@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -74,7 +75,7 @@ def test_the_stdio_proxy_says_where_its_control_api_is_and_each_restart(tmp_path
         assert first.control is not None and first.metrics is not None and first.metrics.endswith("/metrics")
         Control(first.control).restart()
         _wait_until(lambda: (ready.read(path) or first).generation == 1, "the record never said generation 1")
-        assert ready.read(path) == ready.Readiness(**{**_fields(first), "generation": 1})
+        assert ready.read(path) == dataclasses.replace(first, generation=1)
         proxy.send_signal(signal.SIGTERM)
         proxy.communicate(timeout=30)
     finally:
@@ -103,10 +104,6 @@ def test_a_proxy_that_cannot_start_is_reported_with_its_own_words(tmp_path: Path
     with pytest.raises(ProxyError, match="exited before it was ready") as caught:
         Proxy(MOCK, profile="baseline", transport="http", probe=f"fake:{tmp_path / 'absent.json'}").start()
     assert "it said" in str(caught.value) and "absent.json" in str(caught.value)
-
-
-def _fields(record: ready.Readiness) -> dict[str, object]:
-    return {name: getattr(record, name) for name in record.__dataclass_fields__}
 
 
 def test_the_bench_launchers_read_the_record_not_the_log() -> None:
