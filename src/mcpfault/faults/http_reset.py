@@ -11,7 +11,6 @@ from random import Random
 from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
-from mcpfault.telemetry import names
 
 
 class _ResetBefore(HttpBehaviour):
@@ -31,7 +30,7 @@ class _ResetAfter(HttpBehaviour):
 class Reset(FaultBase):
     type_name: ClassVar[str] = "reset"
     MODES: ClassVar[tuple[str, ...]] = ("before", "after")
-    event_name: ClassVar[str] = names.EVENT_RESET
+    event_name: ClassVar[str] = "mcpfault.reset"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

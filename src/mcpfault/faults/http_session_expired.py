@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
-from mcpfault.telemetry import names
 
 
 class _NotFound(HttpBehaviour):
@@ -27,7 +26,7 @@ class _NotFound(HttpBehaviour):
 class SessionExpired(FaultBase):
     type_name: ClassVar[str] = "session_expired"
     MODES: ClassVar[tuple[str, ...]] = ("not_found",)
-    event_name: ClassVar[str] = names.EVENT_SESSION_EXPIRED
+    event_name: ClassVar[str] = "mcpfault.session_expired"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

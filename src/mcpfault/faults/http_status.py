@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +30,7 @@ class _StatusInstead(HttpBehaviour):
 class HttpStatus(FaultBase):
     type_name: ClassVar[str] = "http_status"
     MODES: ClassVar[tuple[str, ...]] = ("status",)
-    event_name: ClassVar[str] = names.EVENT_HTTP_STATUS
+    event_name: ClassVar[str] = "mcpfault.http_status"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

@@ -15,7 +15,6 @@ from typing import ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +32,7 @@ class _Cut(HttpBehaviour):
 class HttpStreamCut(FaultBase):
     type_name: ClassVar[str] = "stream_cut"
     MODES: ClassVar[tuple[str, ...]] = ("cut",)
-    event_name: ClassVar[str] = names.EVENT_STREAM_CUT
+    event_name: ClassVar[str] = "mcpfault.stream_cut"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

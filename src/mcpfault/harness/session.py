@@ -507,9 +507,8 @@ def judge_session(
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches = by_request
     if spans is not None:
-        renamed = drift_renames(plan.profile)
         changed_by = FIELDS_CHANGED_BY if plan.server_command is None else {}  # only the bundled mock's are known
-        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed, changed_by) for r in runs}
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), changed_by) for r in runs}
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
@@ -653,18 +652,6 @@ def _mock_write_tools() -> frozenset[str]:
     from mcpfault.mock.tools import TOOLS
 
     return frozenset(name for name, tool in TOOLS.items() if not tool.annotations.get("readOnlyHint", False))
-
-
-def drift_renames(profile_path: Path) -> dict[str, frozenset[str]]:
-    """Schema-drift rule name -> the result fields it renames (old names), from the session's profile."""
-    from mcpfault.faults import profile
-
-    loaded = profile.load(profile_path)
-    return {
-        rule.name: frozenset(rule.fault.rename_fields or {})
-        for rule in loaded.rules
-        if rule.type_name == "schema_drift" and hasattr(rule.fault, "rename_fields")
-    }
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
