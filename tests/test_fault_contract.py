@@ -208,3 +208,20 @@ def test_the_scan_catches_each_form_of_switch() -> None:
         assert any(_switches(n, type_names, classes) for n in ast.walk(ast.parse(code))), code
     for code in ['profile == "stale"', 'name in ("crash",)', "isinstance(x, int)", '{"type": "crash", "crash": 1}']:
         assert not any(_switches(n, type_names, classes) for n in ast.walk(ast.parse(code))), code
+
+
+@pytest.mark.slow
+def test_what_clients_received_is_one_vocabulary(tmp_path: Path) -> None:
+    """Every ``client_received`` the proxy records, over stdio and HTTP faults, is a ``names.Received``."""
+    seen: set[str] = set()
+    for profile, transport in [("mixed", "stdio"), ("http", "http"), ("storm", "http")]:
+        out = tmp_path / f"{profile}-{transport}"
+        command = ["run", "--profile", profile, "--transport", transport, "--tasks", "12", "--out", str(out)]
+        ran = subprocess.run(
+            [sys.executable, "-m", "mcpfault", *command], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert ran.returncode in (0, 1), ran.stderr
+        for events in out.rglob("events.jsonl"):
+            seen |= {str(row.get("client_received")) for row in read_events(events)}
+    assert seen and seen <= names.RECEIVED, seen - names.RECEIVED
+    assert {"response", "http_error"} <= seen

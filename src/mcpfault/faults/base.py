@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION
+from mcpfault.telemetry.names import Received
 
 # The request kinds whose name a rule's globs match, and the glob (rule key) each is matched with.
 NAMED_KINDS: Mapping[str, str] = {
@@ -128,7 +129,7 @@ class HttpBehaviour:
     ``request_headers`` changes what the request carries to an HTTP server.
     """
 
-    received: ClassVar[str | None] = None
+    received: ClassVar[Received | None] = None
     reaches_server: ClassVar[bool] = True
     loses_answer: ClassVar[bool] = False
 

@@ -11,10 +11,11 @@ from random import Random
 from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
+from mcpfault.telemetry.names import Received
 
 
 class _ResetBefore(HttpBehaviour):
-    received: ClassVar[str | None] = "reset"
+    received: ClassVar[Received | None] = "reset"
     reaches_server: ClassVar[bool] = False
 
     def answer_instead(self, ops: HttpExchangeOps) -> Any:
@@ -22,7 +23,7 @@ class _ResetBefore(HttpBehaviour):
 
 
 class _ResetAfter(HttpBehaviour):
-    received: ClassVar[str | None] = "reset"
+    received: ClassVar[Received | None] = "reset"
     loses_answer: ClassVar[bool] = True
 
 

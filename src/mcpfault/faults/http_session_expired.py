@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
+from mcpfault.telemetry.names import Received
 
 
 class _NotFound(HttpBehaviour):
-    received: ClassVar[str | None] = "session_expired"
+    received: ClassVar[Received | None] = "session_expired"
     reaches_server: ClassVar[bool] = False
 
     def answer_instead(self, ops: HttpExchangeOps) -> Any:

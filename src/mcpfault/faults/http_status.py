@@ -12,11 +12,12 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry.names import Received
 
 
 @dataclass(frozen=True, slots=True)
 class _StatusInstead(HttpBehaviour):
-    received: ClassVar[str | None] = "http_error"
+    received: ClassVar[Received | None] = "http_error"
     reaches_server: ClassVar[bool] = False
 
     status: int

@@ -15,11 +15,12 @@ from typing import ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
+from mcpfault.telemetry.names import Received
 
 
 @dataclass(frozen=True, slots=True)
 class _Cut(HttpBehaviour):
-    received: ClassVar[str | None] = "stream_cut"
+    received: ClassVar[Received | None] = "stream_cut"
 
     after_events: int
 

@@ -12,7 +12,7 @@ name, counters ending in ``_total``.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, get_args
 
 # --- OpenTelemetry attributes: semantic conventions for MCP ------------------------------------
 MCP_METHOD_NAME: Final = "mcp.method.name"  # required on every MCP span
@@ -50,7 +50,30 @@ UPSTREAM_CONTACTED: Final = "mcpfault.upstream.contacted"  # bool: did the serve
 DIRECTION: Final = "mcpfault.direction"  # DIRECTION_* below: which peer sent the request
 DIRECTION_CLIENT_TO_SERVER: Final = "client_to_server"
 DIRECTION_SERVER_TO_CLIENT: Final = "server_to_client"  # sampling, elicitation, roots: never faulted
-CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
+CLIENT_RECEIVED: Final = "mcpfault.client.received"  # a Received value (below)
+# What a client received for a request: the events file's ``client_received``, CLIENT_RECEIVED on its
+# span, the summary's counts. An answer (response, tool_error, error, malformed), none (nothing,
+# cancelled), the proxy's own error for a server gone (upstream_exited, server_restarted,
+# upstream_unreachable, timeout: no server within the hold), an HTTP fault's stand-in (http_error,
+# reset, stream_cut, session_expired), or a notification for a notification.
+Received = Literal[
+    "response",
+    "tool_error",
+    "error",
+    "malformed",
+    "nothing",
+    "cancelled",
+    "upstream_exited",
+    "server_restarted",
+    "upstream_unreachable",
+    "timeout",
+    "http_error",
+    "reset",
+    "stream_cut",
+    "session_expired",
+    "notification",
+]
+RECEIVED: Final[frozenset[str]] = frozenset(get_args(Received))
 SERVER_GENERATION: Final = "mcpfault.server.generation"  # int: restarts of the server before this request
 
 # What the server's processes did during a tools/call (mcpfault proxy --probe; probe/observer.py).
