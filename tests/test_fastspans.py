@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -223,9 +222,7 @@ def test_shutdown_flushes_every_span_and_joins_the_writer(tmp_path: Path):
         _record(recorder, str(i))
     thread = recorder._thread
     assert thread is not None
-    started = time.monotonic()
     recorder.shutdown()
-    assert time.monotonic() - started < 5
     assert not thread.is_alive()
     assert len(read_spans(spans_file)) == 1500
     assert recorder.dropped == 0
