@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcpfault.analysis.traces import proxy_faults
-from mcpfault.api import _toml
 from mcpfault.app import ready
 from mcpfault.app.argv import mcpfault_argv
+from mcpfault.app.toml_text import toml_text
 from mcpfault.control.access import TOKEN_VARIABLE
 from mcpfault.control.client import Control
 from mcpfault.errors import MCPFaultError, UsageError
@@ -247,7 +247,7 @@ class Proxy:
             document.setdefault("name", "api")
             profiles.from_mapping(document, source="profile=")  # every problem, before anything starts
             path = workdir / "profile.toml"
-            path.write_text(_toml.dumps(document), encoding="utf-8")
+            path.write_text(toml_text(document), encoding="utf-8")
             return path
         path = profiles.resolve(os.fspath(spec)).resolve()
         profiles.load(path)
