@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from mcpfault.faults.latency import Latency
 from mcpfault.telemetry import names
 from mcpfault.telemetry.tracing import span_name
 from tests.http_support import serve_in_thread, server_url
@@ -121,7 +122,7 @@ def emit_request_spans(provider: TracerProvider) -> tuple[str, str, str]:
         tracer.start_as_current_span(name, kind=SpanKind.SERVER, attributes=attributes) as child,
     ):
         child.add_event(names.EVENT_UPSTREAM_SENT, {"bytes": 120})
-        child.add_event(names.EVENT_DELAY, {"delay_s": 0.5})
+        child.add_event(Latency.event_name, {"delay_s": 0.5})
         child.set_attribute(names.ERROR_TYPE, "-32603")
         child.set_status(Status(StatusCode.ERROR, "internal error"))
     return (

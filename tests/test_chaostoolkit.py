@@ -262,10 +262,8 @@ def test_the_safeguard_thread_interrupts_a_long_action(proxy: Proxy, tmp_path: P
     experiment["method"][0]["provider"]["arguments"]["rule"]["probability"] = 1.0
     experiment["method"][1]["provider"]["arguments"]["count"] = 5000  # far longer than the test waits
     experiment["controls"] = [safeguard(interval_s=0.3)]
-    started = time.monotonic()
     journal, _ = chaos_run(experiment, proxy, tmp_path)
-    assert time.monotonic() - started < 60
-    assert journal["status"] == "interrupted"
+    assert journal["status"] == "interrupted"  # 5,000 calls were not waited for
     assert [r["status"] for r in journal["rollbacks"]] == ["succeeded"]
     assert runtime_rules(proxy) == []
     assert 1 <= proxy.injected("error") < 5000

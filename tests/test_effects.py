@@ -27,40 +27,41 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_which_faults_change_what_the_client_received():
     ok, failed = AttemptView(tool="get_device_status", server_seen=True), AttemptView(failed=True)
-    assert not affects("latency", "delay", None, ok, None)  # within the deadline
-    assert affects("latency", "delay", None, failed, None)  # past it
-    assert affects("timeout", "drop", None, failed, None)
+    assert not affects("latency", ok, None)  # within the deadline
+    assert affects("latency", failed, None)  # past it
+    assert affects("timeout", failed, None)
     # An error or a broken answer always fails the client's attempt: that is its effect.
-    assert affects("error", "protocol", None, failed, None) and affects("malformed", "truncate", None, failed, None)
+    assert affects("error", failed, None) and affects("malformed", failed, None)
     # A value of the wrong type matters only in a field the task reads (the proxy's event names it).
     triage_reads = TaskReads(FIELDS_READ["site_triage"])
-    listing = AttemptView(tool="list_devices", corrupted_fields=frozenset({"status"}))
-    assert not affects("malformed", "wrong_type", None, listing, triage_reads)  # triage reads no status there
-    status = AttemptView(tool="get_device_status", corrupted_fields=frozenset({"status"}))
-    assert affects("malformed", "wrong_type", None, status, triage_reads)
-    assert affects("malformed", "wrong_type", None, AttemptView(tool="list_devices"), triage_reads)  # unnamed
+    listing = AttemptView(tool="list_devices", changed_fields=frozenset({"status"}))
+    assert not affects("malformed", listing, triage_reads)  # triage reads no status there
+    status = AttemptView(tool="get_device_status", changed_fields=frozenset({"status"}))
+    assert affects("malformed", status, triage_reads)
+    assert affects("malformed", AttemptView(tool="list_devices"), triage_reads)  # unnamed
     # A stale answer older than a write differs only in what that write changed.
     changed_by = {"set_maintenance": frozenset({"maintenance", "enabled", "reason"})}
     older = AttemptView(tool="get_device_status", as_of=2, revision=3, server_seen=True)
     maintenance = dataclasses.replace(older, changed_ops=frozenset({"set_maintenance"}))
-    assert not affects("stale", "oldest", None, maintenance, TaskReads(FIELDS_READ["site_triage"], {}, changed_by))
-    roundtrip = TaskReads(FIELDS_READ["maintenance_roundtrip"], {}, changed_by)
-    assert affects("stale", "oldest", None, maintenance, roundtrip)
+    assert not affects("stale", maintenance, TaskReads(FIELDS_READ["site_triage"], changed_by))
+    roundtrip = TaskReads(FIELDS_READ["maintenance_roundtrip"], changed_by)
+    assert affects("stale", maintenance, roundtrip)
     unknown_op = dataclasses.replace(older, changed_ops=frozenset({"reboot"}))
-    assert affects("stale", "oldest", None, unknown_op, TaskReads(FIELDS_READ["site_triage"], {}, changed_by))
+    assert affects("stale", unknown_op, TaskReads(FIELDS_READ["site_triage"], changed_by))
     fresh = AttemptView(as_of=3, revision=3, server_seen=True)
-    assert not affects("stale", "oldest", None, fresh, None)
-    assert affects("stale", "oldest", None, AttemptView(as_of=2, revision=3, server_seen=True), None)
-    assert not affects("stale", "oldest", None, AttemptView(as_of=1, revision=None, server_seen=True), None)
-    assert affects("stale", "oldest", None, AttemptView(as_of=1), None)  # no server spans: cannot tell
-    assert not affects("schema_drift", "rename_args", "r", ok, None)  # translated by the proxy
-    assert affects("schema_drift", "rename_args", "r", failed, None)  # rejected
-    reads = TaskReads(FIELDS_READ["maintenance_roundtrip"], {"r": frozenset({"status"})})
-    assert not affects("schema_drift", "rename_fields", "r", ok, reads)  # a field the task never reads
-    triage = TaskReads(FIELDS_READ["site_triage"], {"r": frozenset({"status"})})
-    assert affects("schema_drift", "rename_fields", "r", ok, triage)
-    assert affects("schema_drift", "rename_fields", "r", ok, None)  # unknown renames: assume it mattered
-    assert affects("reset", "after", None, ok, None)  # a fault this module does not know
+    assert not affects("stale", fresh, None)
+    assert affects("stale", AttemptView(as_of=2, revision=3, server_seen=True), None)
+    assert not affects("stale", AttemptView(as_of=1, revision=None, server_seen=True), None)
+    assert affects("stale", AttemptView(as_of=1), None)  # no server spans: cannot tell
+    # A drift: the fields its event names as renamed, like any changed answer's.
+    assert not affects("schema_drift", ok, None)  # names no renamed field: translated, or none of the old names
+    assert affects("schema_drift", failed, None)  # rejected
+    renamed_status = dataclasses.replace(ok, changed_fields=frozenset({"status"}))
+    roundtrip_reads = TaskReads(FIELDS_READ["maintenance_roundtrip"])
+    assert not affects("schema_drift", renamed_status, roundtrip_reads)  # never read there
+    assert affects("schema_drift", renamed_status, triage_reads)  # whatever the mode: what the event names
+    assert not affects("schema_drift", ok, triage_reads)  # a rename names every change it makes
+    assert affects("reset", ok, None)  # a fault this module does not know
 
 
 def session(tmp_path: Path, profile: Path, agent: str, specs: list[TaskSpec]) -> list[TaskRecord]:
@@ -109,6 +110,15 @@ def test_a_drift_on_a_field_the_task_never_reads_has_no_effect(tmp_path: Path):
     triage = session(tmp_path / "t", profile, "naive", checks(1, "site_triage", SITE))[0]
     assert triage.affected_types == ("schema_drift",)  # site_triage reads status: renamed away
     assert triage.outcome in ("recovered", "failed_silent")
+
+
+@pytest.mark.slow
+def test_a_drift_that_renames_every_field_affects_what_the_task_reads(tmp_path: Path):
+    # "auto" names no field in the profile: the fault's own event says which it renamed in each answer.
+    profile = write_profile(tmp_path, '[[faults]]\ntype = "schema_drift"\nrename_fields = "auto"\n')
+    roundtrip = session(tmp_path, profile, "naive", checks(1, "maintenance_roundtrip"))[0]
+    assert roundtrip.affected_types == ("schema_drift",), roundtrip
+    assert not roundtrip.touched_no_effect
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import orjson
 import pytest
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from mcpfault.faults.latency import Latency
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import SpanRecorder
 from mcpfault.telemetry.propagation import parse_traceparent
@@ -97,7 +97,7 @@ def _record(recorder: SpanRecorder, request_id: str, traceparent: str | None = T
     recorder.end(
         handle,
         {names.UPSTREAM_CONTACTED: False, names.ERROR_TYPE: "-32603"},
-        [(names.EVENT_DELAY, START_NS + 5, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})],
+        [(Latency.event_name, START_NS + 5, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})],
         ("error",),
         START_NS + 10,
     )
@@ -119,7 +119,7 @@ def test_the_file_round_trips_through_read_spans(tmp_path: Path):
     assert (one.start_unix_nano, one.end_unix_nano) == (START_NS, START_NS + 10)
     assert one.attributes["mcpfault.test.n"] == 3 and one.attributes[names.UPSTREAM_CONTACTED] is False
     assert [(e.name, e.attributes) for e in one.events] == [
-        (names.EVENT_DELAY, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})
+        (Latency.event_name, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5})
     ]
     assert (one.status_code, one.status_message) == (StatusCode.ERROR, "error")
     assert two.parent_span_id is None and two.trace_id != TRACE
@@ -135,7 +135,7 @@ def test_one_span_is_the_same_json_as_the_sdk_path(tmp_path: Path):
     }
     events: list[tuple[str, int, dict[str, Any]]] = [
         (names.EVENT_UPSTREAM_SENT, START_NS + 1, {}),
-        (names.EVENT_DELAY, START_NS + 2, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5}),
+        (Latency.event_name, START_NS + 2, {names.FAULT_MODE: "delay", "mcpfault.delay_s": 0.5}),
     ]
 
     sdk_file = tmp_path / "sdk.jsonl"
@@ -222,9 +222,7 @@ def test_shutdown_flushes_every_span_and_joins_the_writer(tmp_path: Path):
         _record(recorder, str(i))
     thread = recorder._thread
     assert thread is not None
-    started = time.monotonic()
     recorder.shutdown()
-    assert time.monotonic() - started < 5
     assert not thread.is_alive()
     assert len(read_spans(spans_file)) == 1500
     assert recorder.dropped == 0

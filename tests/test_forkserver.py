@@ -143,3 +143,21 @@ def test_forked_and_execd_proxies_give_the_same_outcomes(tmp_path):
     execd = bounded(run, False, seconds=240)
     assert len(forked) == len(profiles) * 3 * 6
     assert forked == execd
+
+
+def test_the_entry_point_it_is_given_is_what_python_m_mcpfault_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The fork server runs the command line by name (app.argv.ENTRY_POINT), never importing the CLI."""
+    import functools
+    import importlib
+
+    from mcpfault import __version__, cli
+    from mcpfault.app.argv import ENTRY_POINT
+
+    module, _, function = ENTRY_POINT.partition(":")
+    run = getattr(importlib.import_module(module), function)()
+    assert isinstance(run, functools.partial) and run.func is cli.main
+    with pytest.raises(SystemExit):
+        run(["--version"])
+    assert capsys.readouterr().out.strip() == f"mcpfault {__version__}"
+    source = (Path(cli.__file__).parents[1] / "harness" / "forkserver.py").read_text()
+    assert "from mcpfault.cli" not in source and "from mcpfault import cli" not in source

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -302,11 +301,9 @@ def test_the_real_proxy_keeps_its_invariants_under_fuzzing(
 
         writer = threading.Thread(target=write, daemon=True)  # the proxy pushes back while we read
         writer.start()
-        started = time.monotonic()
         output = proxy.read_until_eof(timeout=20)
         writer.join(10)
         assert proxy.wait(timeout=10) == session["exit_code"], proxy.stderr()
-        assert time.monotonic() - started < 20
         assert "Traceback" not in proxy.stderr() and "internal error" not in proxy.stderr(), proxy.stderr()
 
         injected = check_client_to_server(client, proxy.received(), session["propagate"])

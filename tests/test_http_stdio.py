@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,14 +104,11 @@ def test_server_exit_mid_request_answers_and_the_proxy_exits_with_its_status(tmp
         warm, warm_headers = modern_call(3, "echo", {"text": "booted"})  # the timing below is not a cold start
         assert httpx2.post(proxy.url, json=warm, headers=warm_headers, timeout=30).status_code == 200
         body, headers = modern_call(4, "crash", {"code": 3})
-        started = time.monotonic()
         answer = httpx2.post(proxy.url, json=body, headers=headers, timeout=10)
-        took = time.monotonic() - started
         message = sse_messages(answer.text)[-1]
         proxy.proc.wait(10)
     finally:
         code, stderr = proxy.close()
-    assert took < 2
     assert message["id"] == 4 and message["error"]["code"] == -32000
     assert "exited with code 3" in message["error"]["message"]
     assert code == 3, stderr

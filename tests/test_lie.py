@@ -217,7 +217,7 @@ def test_a_profile_names_lie_with_its_settings_and_bad_ones_are_explained() -> N
     profile = loads(
         'name = "l"\n[[faults]]\nname = "lies"\ntype = "lie"\nmodes = ["swap", "scale"]\nfields = ["status"]\n'
     )
-    assert CATALOG.get("lie") is Lie and CATALOG.get("lie").effect == "corrupted_fields"  # type: ignore[union-attr]
+    assert CATALOG.get("lie") is Lie and CATALOG.get("lie").effect == "changed_fields"  # type: ignore[union-attr]
     assert profile.rules[0].fault == Lie(modes=("swap", "scale"), fields=("status",))
     with pytest.raises(Exception, match="modes"):
         loads('name = "l"\n[[faults]]\nname = "lies"\ntype = "lie"\nmodes = ["fib"]\n')

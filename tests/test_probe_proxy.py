@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -333,9 +332,7 @@ def test_the_sidecar_is_scoped_before_the_first_call(tmp_path: Path) -> None:
     async def calls(client: Client) -> None:
         await client.call_tool("echo", {"text": "x"})
 
-    started = time.monotonic()
     run_client(world.params(f"fake:{script}", world.policy()), world.stderr, calls)
-    assert time.monotonic() - started < 60
     assert "side effects outside any tool call: 1" in world.stderr.read_text()
 
 
@@ -368,10 +365,8 @@ def test_a_sidecar_that_dies_costs_the_client_nothing(tmp_path: Path, monkeypatc
             result = await client.call_tool("echo", {"text": text})
             answers.append(result.structured_content["result"])
 
-    started = time.monotonic()
     run_client(world.params(f"fake:{script}", world.policy()), world.stderr, calls)
     assert answers == ["one", "two", "three"]
-    assert time.monotonic() - started < 60
     confirmed = [r["probe_confirmed"] for r in world.reports()]
     assert confirmed == [True, False, False]
     assert "the probe sidecar is gone" in world.stderr.read_text()

@@ -23,6 +23,7 @@ from mcpfault.faults import profile
 from mcpfault.faults.base import HTTP, Call
 from mcpfault.faults.engine import Decision, Engine
 from mcpfault.proxy.core import Finished, ProxyCore
+from mcpfault.telemetry.names import Received
 from tests.conftest import call
 from tests.http_support import free_port, http_proxy, modern_call, serve_in_thread, server_url
 
@@ -72,7 +73,7 @@ def test_each_answer_is_timed_from_its_own_arrival() -> None:
 
 
 @pytest.mark.parametrize("received", ["http_error", "error"])
-def test_ends_reported_as_the_answer_arrives_count_only_the_proxys_share(received: str) -> None:
+def test_ends_reported_as_the_answer_arrives_count_only_the_proxys_share(received: Received) -> None:
     """``http_error`` (a status relayed) and ``error`` (an answer the proxy could not use, a 502)."""
     core, observer, ticks = observed_core(http=True)
     core.from_client(call(7, "echo"))
@@ -84,7 +85,7 @@ def test_ends_reported_as_the_answer_arrives_count_only_the_proxys_share(receive
 
 
 @pytest.mark.parametrize("received", ["nothing", "cancelled", "stream_cut", "reset", "upstream_exited"])
-def test_ends_without_an_answer_are_not_timed(received: str) -> None:
+def test_ends_without_an_answer_are_not_timed(received: Received) -> None:
     """No answer crossed the proxy (a sessionless stream lost, the client left, a cut, a reset, the
     server broke off): there is no share to report, and certainly not the raw clock."""
     core, observer, ticks = observed_core(http=True)

@@ -107,7 +107,6 @@ def test_a_signal_with_requests_in_flight_flushes_events_and_spans_and_ends_the_
     proxy = ProxyProcess(PROFILES / "baseline.toml", tmp_path, extra=("--spans", str(spans_path), "--no-summary"))
     try:
         pid = start_with_requests_in_flight(proxy)
-        started = time.monotonic()
         proxy.signal(signum)
         answers = [json.loads(line) for line in proxy.read_until_eof(timeout=10).splitlines()]
         assert [a["id"] for a in answers] == list(range(COMPLETED + 1, COMPLETED + 1 + IN_FLIGHT))
@@ -116,7 +115,6 @@ def test_a_signal_with_requests_in_flight_flushes_events_and_spans_and_ends_the_
         )
         # The scripted server exits 143 on SIGTERM; Python dies of SIGINT (130 to a shell).
         assert proxy.wait(timeout=10) == status
-        assert time.monotonic() - started < 3
         assert gone(pid)
         check_flushed(proxy, spans_path, status)
     finally:

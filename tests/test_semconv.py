@@ -16,12 +16,15 @@ from mcpfault.proxy.core import Finished
 from mcpfault.proxy.span_endings import Clock, SpanEndings
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import SharedAttributes, SpanHandle
+from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
 from tests.http_support import LEGACY, MODERN, http_proxy, sdk_server
 
 
-def ending(received: str, error_code: int | None = None, *, version: str = LEGACY, session: str | None = None) -> Any:
+def ending(
+    received: Received, error_code: int | None = None, *, version: str = LEGACY, session: str | None = None
+) -> Any:
     # An annotation takes the slow path, whose attributes the templates copy (test_fastspans checks that).
     endings = SpanEndings(Clock(), None, SharedAttributes({}), session_id=session, annotate=lambda outcome: ({}, []))
     call = Call.from_body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}})

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from mcpfault.faults.latency import Latency
 from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import (
     HarnessMetrics,
@@ -142,7 +143,7 @@ def test_otlp_http_protobuf_to_a_real_receiver(receiver: OtlpReceiver) -> None:
     assert attrs[names.MCP_METHOD_NAME].string_value == "tools/call"
     assert attrs[names.SERVER_PORT].int_value == 8080
     assert attrs[names.UPSTREAM_CONTACTED].bool_value is True
-    assert [e.name for e in child.events] == [names.EVENT_UPSTREAM_SENT, names.EVENT_DELAY]
+    assert [e.name for e in child.events] == [names.EVENT_UPSTREAM_SENT, Latency.event_name]
     assert child.status.code == child.status.STATUS_CODE_ERROR
     assert child.status.message == "internal error"
 
@@ -265,7 +266,7 @@ def test_json_lines_round_trip_through_read_spans(tmp_path: Path) -> None:
         },
         events=(
             SpanEvent(names.EVENT_UPSTREAM_SENT, {"bytes": 120}),
-            SpanEvent(names.EVENT_DELAY, {"delay_s": 0.5}),
+            SpanEvent(Latency.event_name, {"delay_s": 0.5}),
         ),
         status_code=StatusCode.ERROR,
         status_message="internal error",

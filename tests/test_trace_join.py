@@ -21,6 +21,9 @@ from mcpfault.analysis.join import Touch, faults_by_request, touches_by_task
 from mcpfault.analysis.judge import mentions
 from mcpfault.analysis.records import TaskRecord, read_records
 from mcpfault.analysis.traces import AttemptTrace, SessionSpans, TaskTrace
+from mcpfault.faults.error import Error
+from mcpfault.faults.malformed import Malformed
+from mcpfault.faults.schema_drift import SchemaDrift
 from mcpfault.harness.agents.tasks import TaskSpec, plan_tasks
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
@@ -283,8 +286,8 @@ def test_proxy_faults_keep_order_and_read_an_error_from_attributes() -> None:
         0,
         **{names.FAULT_TYPE: "schema_drift", names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"},
         events=(
-            SpanEvent(names.EVENT_DRIFT, {names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"}),
-            SpanEvent(names.EVENT_CORRUPT, {names.FAULT_MODE: "truncate", names.FAULT_RULE: "c"}),
+            SpanEvent(SchemaDrift.event_name, {names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"}),
+            SpanEvent(Malformed.event_name, {names.FAULT_MODE: "truncate", names.FAULT_RULE: "c"}),
         ),
     )
     assert traces.proxy_faults(drift_then_corrupt) == [("schema_drift", "rename_fields"), ("malformed", "truncate")]
@@ -299,8 +302,8 @@ def test_proxy_faults_keep_order_and_read_an_error_from_attributes() -> None:
         0,
         **{names.FAULT_TYPE: "schema_drift", names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"},
         events=(
-            SpanEvent(names.EVENT_DRIFT, {names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"}),
-            SpanEvent(names.EVENT_ERROR, {names.FAULT_MODE: "protocol", names.FAULT_RULE: "e"}),
+            SpanEvent(SchemaDrift.event_name, {names.FAULT_MODE: "rename_fields", names.FAULT_RULE: "d"}),
+            SpanEvent(Error.event_name, {names.FAULT_MODE: "protocol", names.FAULT_RULE: "e"}),
         ),
     )
     assert traces.proxy_faults(drift_then_error) == [("schema_drift", "rename_fields"), ("error", "protocol")]
@@ -311,7 +314,7 @@ def test_proxy_faults_keep_order_and_read_an_error_from_attributes() -> None:
         SpanKind.SERVER,
         0,
         **{names.FAULT_TYPE: "error", names.FAULT_MODE: "tool", names.FAULT_RULE: "e"},
-        events=(SpanEvent(names.EVENT_DRIFT, {names.FAULT_MODE: "rename_args", names.FAULT_RULE: "d"}),),
+        events=(SpanEvent(SchemaDrift.event_name, {names.FAULT_MODE: "rename_args", names.FAULT_RULE: "d"}),),
     )
     assert traces.proxy_faults(older) == [("error", "tool"), ("schema_drift", "rename_args")]
 

@@ -11,11 +11,11 @@ received something other than what it would have without the fault:
   revision it was computed at, ``as_of``, and every write's span event carries the revision after it
   and its op) and a write since then changed a field the task's code reads of that tool (the fields
   each write op changes are the server's to say: ``TaskReads.changed_by``);
-- a corrupted answer (malformed): when the client's attempt failed, or a field the corruption changed
-  (the proxy's event names it) is one the task reads;
-- a schema drift: a call rejected for its old argument names; a result with renamed fields that the
-  task's code reads. A call the proxy translated to the server's names (``rename_args``) reached the
-  server as the client meant it, and its answer came back unchanged.
+- a changed answer (malformed, lie, schema_drift): when the client's attempt failed (a corrupted
+  answer, a call rejected for its old argument names), or a result field the fault changed (its event
+  names them: corrupted, made wrong, renamed) is one the task reads. A change that names no field
+  counts, unless the fault type names every change it makes (``names_every_change``: a rename, where
+  naming none means a call translated to the server's names or an answer without the old ones).
 
 Anything else the proxy did (HTTP faults, a fault type this module does not know) counts as affecting:
 when in doubt a fault is said to have had an effect, so "touched, no effect" is never a guess.
@@ -41,25 +41,25 @@ class AttemptView:
     server_seen: bool = False  # whether the server's spans are known (None above then means "no write yet")
     # The ops of the server's writes after ``as_of`` up to ``revision`` (None: not known).
     changed_ops: frozenset[str] | None = None
-    # The result fields a corruption changed (the proxy's malformed event names them; None: not known).
-    corrupted_fields: frozenset[str] | None = None
+    # The result fields the faults changed (their events name them; None: none named).
+    changed_fields: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TaskReads:
-    """What a task's code reads, and what each drift rule renames: what decides a drift's effect."""
+    """What a task's code reads, and what the server's writes change: what decides a changed answer's effect."""
 
     fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # tool -> result fields the code reads
-    renamed_fields: Mapping[str, frozenset[str]] = field(default_factory=dict)  # drift rule -> old field names
     changed_by: Mapping[str, frozenset[str]] = field(default_factory=dict)  # write op -> result fields it changes
 
 
-def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, reads: TaskReads | None) -> bool:
+def affects(fault_type: str, attempt: AttemptView, reads: TaskReads | None) -> bool:
     """Whether one fault the proxy applied to a request changed what the client received."""
-    effect = effect_of(fault_type)
+    known = CATALOG.get(fault_type)
+    effect: Effect = known.effect if known is not None else "always"
     if effect == "failure":
         return attempt.failed
-    if effect == "revision":
+    if effect == "outdated":
         if attempt.failed:
             return True
         if attempt.as_of is None or not attempt.server_seen:
@@ -69,19 +69,12 @@ def affects(fault_type: str, mode: str, rule: str | None, attempt: AttemptView, 
         if attempt.as_of == attempt.revision:
             return False
         return _reads_any(attempt, reads, _changed_fields(attempt.changed_ops, reads))
-    if effect == "corrupted_fields":
+    if effect == "changed_fields":
         if attempt.failed:
             return True
-        return _reads_any(attempt, reads, attempt.corrupted_fields)
-    if effect == "renamed_fields":
-        if attempt.failed:
-            return True  # rejected for its old argument names, or the answer broke the client
-        if mode == "rename_args":
-            return False  # translated: the server got the call as meant, the answer came back as sent
-        renamed = reads.renamed_fields.get(rule or "") if reads is not None else None
-        if renamed is None or reads is None or attempt.tool is None:
-            return True
-        return bool(renamed & reads.fields.get(attempt.tool, frozenset()))
+        if attempt.changed_fields is None and known is not None and known.names_every_change:
+            return False
+        return _reads_any(attempt, reads, attempt.changed_fields)
     return True
 
 
@@ -103,9 +96,3 @@ def _reads_any(attempt: AttemptView, reads: TaskReads | None, fields: frozenset[
     if fields is None or reads is None or attempt.tool is None or attempt.tool not in reads.fields:
         return True
     return bool(fields & reads.fields[attempt.tool])
-
-
-def effect_of(fault_type: str) -> Effect:
-    """How a fault type's effect is judged, as its module declares; "always" for a type we do not know."""
-    known = CATALOG.get(fault_type)
-    return known.effect if known is not None else "always"

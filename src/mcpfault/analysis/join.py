@@ -112,7 +112,7 @@ def touches_by_task(
         # Without traces the judge knows only whether the client got a usable answer; a stale answer or
         # a renamed field it cannot tell from a fresh one, so those count as affecting (effects.affects).
         view = AttemptView(tool=attempt.get("tool"), failed=attempt.get("outcome") != "ok")
-        effects = [(t, m, affects(t, m, None, view, None)) for t, m in applied]
+        effects = [(t, m, affects(t, view, None)) for t, m in applied]
         touches.setdefault(task, Touch()).add(attempt["started"], attempt["request_id"], effects)
     for task, touch in touches.items():
         if touch.first_affected_at is not None:

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from opentelemetry.trace import SpanKind
 
-from mcpfault.analysis.effects import AttemptView, TaskReads, affects, effect_of
+from mcpfault.analysis.effects import AttemptView, TaskReads, affects
 from mcpfault.analysis.join import Sent, Touch, acted_after
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.telemetry import names
@@ -102,18 +102,8 @@ class AttemptTrace:
         return span_names.FAILURE in self.span.attributes
 
     @property
-    def drift_rules(self) -> list[str]:
-        """The schema-drift rules that acted on the answer (the proxy's drift events name them)."""
-        return [
-            str(event.attributes.get(names.FAULT_RULE))
-            for proxy in self.proxy
-            for event in proxy.events
-            if event.name == names.EVENT_DRIFT
-        ]
-
-    @property
-    def corrupted_fields(self) -> frozenset[str] | None:
-        """The result fields a corruption changed, as the proxy's events name them (None: none named)."""
+    def changed_fields(self) -> frozenset[str] | None:
+        """The result fields the faults changed, as the proxy's events name them (None: none named)."""
         found = [
             event.attributes[names.FAULT_FIELDS]
             for proxy in self.proxy
@@ -137,20 +127,12 @@ class AttemptTrace:
             revision=revision,
             server_seen=server_seen,
             changed_ops=changed,
-            corrupted_fields=self.corrupted_fields,
+            changed_fields=self.changed_fields,
         )
 
     def effects(self, view: AttemptView, reads: TaskReads | None) -> list[tuple[str, str, bool]]:
         """(type, mode, whether it changed what the client received) of every fault applied to it."""
-        rules = self.drift_rules
-        found = []
-        for fault_type, mode in self.faults:
-            if effect_of(fault_type) == "renamed_fields" and rules:
-                hit = any(affects(fault_type, mode, rule, view, reads) for rule in rules)
-            else:
-                hit = affects(fault_type, mode, None, view, reads)
-            found.append((fault_type, mode, hit))
-        return found
+        return [(fault_type, mode, affects(fault_type, view, reads)) for fault_type, mode in self.faults]
 
     @property
     def state_changes(self) -> list[Mapping[str, Any]]:

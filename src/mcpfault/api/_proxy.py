@@ -13,7 +13,6 @@ exit it gets SIGTERM, then SIGKILL, and is reaped.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -26,8 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcpfault.analysis.traces import proxy_faults
-from mcpfault.api import _toml
+from mcpfault.app import ready
 from mcpfault.app.argv import mcpfault_argv
+from mcpfault.app.toml_text import toml_text
 from mcpfault.control.access import TOKEN_VARIABLE
 from mcpfault.control.client import Control
 from mcpfault.errors import MCPFaultError, UsageError
@@ -39,9 +39,6 @@ from mcpfault.telemetry.span_files import SpanView, read_spans
 
 Transport = Literal["stdio", "http"]
 ProfileSpec = str | os.PathLike[str] | Mapping[str, Any]
-
-_CONTROL_LINE = re.compile(r"control API on (http://\S+)")
-_SERVING_LINE = re.compile(r"serving (\S+) ->")
 
 
 class ProxyError(MCPFaultError):
@@ -250,14 +247,16 @@ class Proxy:
             document.setdefault("name", "api")
             profiles.from_mapping(document, source="profile=")  # every problem, before anything starts
             path = workdir / "profile.toml"
-            path.write_text(_toml.dumps(document), encoding="utf-8")
+            path.write_text(toml_text(document), encoding="utf-8")
             return path
         path = profiles.resolve(os.fspath(spec)).resolve()
         profiles.load(path)
         return path
 
     def _start_http(self, base: list[str]) -> None:
-        command = [*base, "--listen", "127.0.0.1:0"]
+        ready_path = self._dir() / "ready.json"
+        ready_path.unlink(missing_ok=True)  # one left by a killed proxy in this directory is not this one's
+        command = [*base, "--listen", "127.0.0.1:0", "--ready-file", str(ready_path)]
         if self._want_control:
             command += ["--control", "127.0.0.1:0"]
         command += ["--upstream", self.upstream] if self.upstream else ["--", *self.server_command]
@@ -267,25 +266,18 @@ class Proxy:
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log, env=env
         )
-        deadline = time.monotonic() + self._start_timeout_s
-        while True:
-            text = log_path.read_text(encoding="utf-8", errors="replace")
-            served = _SERVING_LINE.search(text)
-            controlled = _CONTROL_LINE.search(text)
-            if served and (controlled or not self._want_control):
-                break
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                why = (
-                    "exited"
-                    if self._process.returncode is not None
-                    else f"was not serving after {self._start_timeout_s:g} s"
-                )
-                self.close()
-                raise ProxyError(f"the proxy {why}; it said:\n{text.strip() or '(nothing)'}")
-            time.sleep(0.05)
-        self.url = served.group(1)
-        if controlled:
-            self.control_url = controlled.group(1)
+        process = self._process
+        try:
+            readiness = ready.wait_for(
+                ready_path, exited=lambda: process.poll() is not None, timeout_s=self._start_timeout_s, pid=process.pid
+            )
+        except ready.ReadyFileError as exc:
+            said = log_path.read_text(encoding="utf-8", errors="replace").strip()  # before close() removes it
+            self.close()
+            raise ProxyError(f"{exc}; it said:\n{said or '(nothing)'}") from None
+        self.url = readiness.listen
+        if readiness.control is not None:
+            self.control_url = readiness.control
             self.control = Control(self.control_url, token=self._control_token())
 
     def _control_token(self) -> str | None:

@@ -10,6 +10,10 @@ import sys
 from collections.abc import Sequence
 
 _MODULE = ("-m", "mcpfault")
+# What such a command runs, by name: ``cli.prepared_main()`` builds the parser once and returns a
+# function of the argv after ``-m mcpfault``. A launcher below the CLI (the bench's fork server)
+# resolves it at run time, so it runs the command line without importing it.
+ENTRY_POINT = "mcpfault.cli:prepared_main"
 
 
 def mcpfault_argv(*arguments: str, python: str | None = None) -> list[str]:

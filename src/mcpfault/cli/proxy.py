@@ -87,6 +87,14 @@ def add_parser(commands: Any) -> None:
         help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
         "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
     )
+    proxy.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE.json",
+        help="once serving, write where the proxy is (MCP endpoint, control API, /metrics, pid, the "
+        "server's generation) as one JSON object, again at each server restart; removed at exit "
+        "(for programs: parse this, not the lines on stderr)",
+    )
     probe = proxy.add_argument_group(
         "side effects", "what the server's processes did during each tool call (mcpfz-probe's sidecar protocol)"
     )
@@ -158,7 +166,8 @@ def _proxy(args: argparse.Namespace) -> int:
     events = _proxy_events(args, loaded, "stdio")
     probe = _proxy_probe(args, events, loaded)
     telemetry, observers = _telemetry(args, probe)
-    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
+    metrics_url = telemetry.server.url if telemetry.server is not None else None
+    announce_metrics(metrics_url)
     observers += [telemetry.observer] if telemetry.observer is not None else []
     core = ProxyCore(engine, events=events, observers=observers, propagate=not args.no_propagate)
     controller = _controller(args, live, transport="stdio", counters=engine.counters, stats=core.stats, events=events)
@@ -168,13 +177,20 @@ def _proxy(args: argparse.Namespace) -> int:
     if controller is not None:
         controller.server = supervisor  # crash, stall and restart through the control API
     lifecycle = Lifecycle(shutdown_timeout_s=args.shutdown_timeout)
+    announcer = _Announcer(args.ready_file, "stdio", loaded.name, lambda: supervisor.generation)
+    announcer.metrics = metrics_url
+    supervisor.start_hooks.append(announcer.restarted)
 
     async def relay(ready: Callable[[], None]) -> int:
-        return await run_stdio(command, core, lifecycle, supervisor=supervisor, on_ready=ready)
+        def handling_signals() -> None:
+            ready()
+            announcer.ready()  # the stdio proxy serves from its first line on
+
+        return await run_stdio(command, core, lifecycle, supervisor=supervisor, on_ready=handling_signals)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe, core.stats) as ending:
-            status = ending["exit_code"] = anyio.run(_with_control, args, controller, relay)
+        with announcer, _flushed_at_exit(events, telemetry, probe, core.stats) as ending:
+            status = ending["exit_code"] = anyio.run(_with_control, args, controller, announcer, relay)
         if not args.no_summary:
             summary.render(core.stats, engine, core.era, sys.stderr, supervisor=supervisor)
             if probe is not None:
@@ -348,8 +364,64 @@ def _controller(args: argparse.Namespace, live: Any, *, transport: str, counters
     return Controller(live, transport=transport, counters=counters, stats=stats, events=events)
 
 
+class _Announcer:
+    """Where the proxy can be reached, said once it serves: the ``--ready-file`` record (app/ready.py),
+    rewritten with the new generation at each server restart, and removed at exit."""
+
+    def __init__(self, path: Path | None, transport: str, profile: str, generation: Callable[[], int | None]) -> None:
+        self._path = path
+        self._transport = transport
+        self._profile = profile
+        self._generation = generation
+        self._serving = False
+        self.listen: str | None = None
+        self.control: str | None = None
+        self.metrics: str | None = None
+
+    def __enter__(self) -> _Announcer:
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)  # a record left by an earlier run is not this one's
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._path is not None and self._serving:
+            self._path.unlink(missing_ok=True)
+
+    def ready(self) -> None:
+        self._serving = True
+        self._write()
+
+    def restarted(self, _pid: int, _pgid: int, _generation: int) -> None:
+        if self._serving:  # the first start comes before the proxy serves: ready() writes that one
+            self._write()
+
+    def _write(self) -> None:
+        if self._path is None:
+            return
+        import os
+
+        from mcpfault.app import ready
+
+        record = ready.Readiness(
+            pid=os.getpid(),
+            transport=self._transport,
+            profile=self._profile,
+            listen=self.listen,
+            control=self.control,
+            metrics=self.metrics,
+            generation=self._generation(),
+        )
+        try:
+            ready.write(self._path, record)
+        except OSError as exc:  # said, not raised: the proxy serves its client regardless
+            print(f"mcpfault proxy: --ready-file {self._path}: cannot write ({exc.strerror})", file=sys.stderr)
+
+
 async def _with_control(
-    args: argparse.Namespace, controller: Any, body: Callable[[Callable[[], None]], Awaitable[int]]
+    args: argparse.Namespace,
+    controller: Any,
+    announcer: _Announcer,
+    body: Callable[[Callable[[], None]], Awaitable[int]],
 ) -> int:
     """Run ``body`` (the proxy) with the control API served beside it, in the same event loop. The
     API's URL is printed when ``body`` calls the function it is given: once the proxy handles SIGINT
@@ -365,6 +437,7 @@ async def _with_control(
         url = await server.start()
     except OSError as exc:
         raise UsageError(f"--control {args.control}: cannot listen ({exc.strerror})") from None
+    announcer.control = url
 
     def ready() -> None:
         print(f"mcpfault: control API on {url}", file=sys.stderr)
@@ -444,10 +517,19 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     _say_not_carried(rules_not_carried(loaded, "http", owns_process=bool(command)), owns_process=bool(command))
     events = _proxy_events(args, loaded, "http")
     probe = _proxy_probe(args, events, loaded)
+    proxy: http.HttpProxy | None = None
+
+    def generation() -> int | None:
+        owned = proxy.owned if proxy is not None else None
+        return owned.supervisor.generation if owned is not None else None
+
+    announcer = _Announcer(args.ready_file, "http", loaded.name, generation)
     hooks = [probe.on_start] if probe is not None else []
+    hooks.append(announcer.restarted)
     attributes = {} if upstream is None else {names.SERVER_ADDRESS: upstream.host, names.SERVER_PORT: upstream.port}
     telemetry, probed = _telemetry(args, probe, transport=names.TRANSPORT_HTTP, attributes=attributes)
-    announce_metrics(telemetry.server.url if telemetry.server is not None else None)
+    metrics_url = telemetry.server.url if telemetry.server is not None else None
+    announce_metrics(metrics_url)
     server_watchers = [telemetry.observer] if telemetry.observer is not None else []
     server_watchers += _server_events(events)
     process = None
@@ -457,6 +539,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
         from mcpfault.proxy.http_process import HttpServerProcess
 
         process = HttpServerProcess(command, upstream, settings=loaded.server, observers=server_watchers)
+        process.supervisor.start_hooks.append(announcer.restarted)
     sessions = Sessions(
         loaded,
         events=events,
@@ -469,7 +552,7 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
     )
     limits = Limits(max_body_bytes=args.max_body_bytes, hold_s=args.hold)
     proxy = http.HttpProxy(sessions, upstream, limits=limits, token=token, process=process)
-
+    announcer.metrics = metrics_url
     announced: list[Callable[[], None]] = []
 
     def announce(url: str) -> None:
@@ -480,14 +563,16 @@ def _proxy_http(args: argparse.Namespace, command: list[str]) -> int:
             controller.server = owned.supervisor  # the HTTP server, or every era's stdio server as one
         print(f"mcpfault: serving {url} -> {proxy.upstream_label} (profile {loaded.name!r})", file=sys.stderr)
         sys.stderr.flush()
+        announcer.listen = url
+        announcer.ready()
 
     async def relay(ready: Callable[[], None]) -> int:
         announced.append(ready)
         return await http.serve(proxy, listen, announce)
 
     try:
-        with _flushed_at_exit(events, telemetry, probe, sessions.stats) as ending:
-            status = anyio.run(_with_control, args, controller, relay, backend_options=http.loop_options())
+        with announcer, _flushed_at_exit(events, telemetry, probe, sessions.stats) as ending:
+            status = anyio.run(_with_control, args, controller, announcer, relay, backend_options=http.loop_options())
             ending["exit_code"] = status
         if not args.no_summary:
             owned = proxy.owned

@@ -7,7 +7,6 @@ The plan is data: nothing here starts a process or reads a clock.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import tomllib
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcpfault.app.toml_text import toml_text
 from mcpfault.errors import ProblemsError, ProfileError
 from mcpfault.loopback import UrlError, check_http_url
 
@@ -584,20 +584,10 @@ def _radius(reader: _Reader, raw: Any) -> dict[str, Any]:
 
 
 def profile_text(server: Mapping[str, Any]) -> str:
-    """The profile the experiment's proxy starts with: no rules (the method adds them), and ``server``."""
-    lines = ['name = "experiment"', "seed = 0", "faults = []  # the method adds its rules through the control API"]
-    if server:
-        lines.append("[server]")
-        lines += [f"{key} = {_toml_scalar(value)}" for key, value in server.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_scalar(value: Any) -> str:
-    """A scalar as TOML writes it: JSON's form, but nan and inf as TOML spells them, for the profile's
-    own check to refuse by name (JSON's NaN is no TOML at all)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return json.dumps(value)
+    """The profile the experiment's proxy starts with: no rules (the method adds them through the
+    control API), and ``server``."""
+    document: dict[str, Any] = {"name": "experiment", "seed": 0, "faults": []}
+    return toml_text({**document, "server": dict(server)} if server else document)
 
 
 def _server(reader: _Reader, raw: Any) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from typing import Any
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.experiments.plan import ProbeSpec
 from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.telemetry.names import Received
 
-SUCCESS = frozenset({"response"})  # what a client receiving an answer to its request got
+SUCCESS: frozenset[Received] = frozenset({"response"})  # what a client receiving an answer to its request got
 TASK_SUCCESS = frozenset({"success", "recovered"})
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import subprocess
 import time
 import uuid
@@ -26,6 +25,7 @@ import anyio
 import anyio.to_thread
 
 from mcpfault.analysis.records import TaskRecord
+from mcpfault.app import ready
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.errors import MCPFaultError
@@ -36,8 +36,6 @@ from mcpfault.experiments.plan import Action, Plan, ProbeSpec, profile_text
 EXIT_HELD, EXIT_DEVIATED, EXIT_INVALID, EXIT_STOPPED, EXIT_FAILED = 0, 1, 2, 3, 4
 START_TIMEOUT_S = 30.0
 TICK_S = 0.05
-_CONTROL_LINE = re.compile(rb"control API on (http://\S+)")
-_SERVING_LINE = re.compile(rb"serving (\S+) ->")
 
 
 @dataclass(slots=True)
@@ -100,16 +98,20 @@ class _Target:
         self._stop_load = False
         self._finished_at: list[float] = []
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._ready_file = out_dir / ready.FILE_NAME  # the load's session proxy writes it there too
+        self._ready_file.unlink(missing_ok=True)  # one left by a killed run in this directory is not ours
         self._profile = out_dir / "experiment-profile.toml"
         self._profile.write_text(profile_text(plan.server), encoding="utf-8")
 
     async def start(self, tg: Any) -> None:
         if self.plan.load is not None:
             tg.start_soon(self._drive_load)
-            url = await self._wait_for(self.out_dir / "proxy.log", _CONTROL_LINE)
+            readiness = await self._wait_ready()
         else:
-            url = await self._start_http()
-        self.control = Control(url, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
+            readiness = await self._start_http()
+        if readiness.control is None:
+            raise Failed(f"the proxy serves no control API; see {self.out_dir / 'proxy.log'}")
+        self.control = Control(readiness.control, token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None)
 
     async def _drive_load(self) -> None:
         from mcpfault.harness.agents.tasks import WORKFLOWS, plan_tasks
@@ -146,7 +148,7 @@ class _Target:
         by_index = dict(enumerate(self._finished_at))
         self.tasks = [(by_index.get(r.task_index, time.time()), r) for r in result.records]
 
-    async def _start_http(self) -> str:
+    async def _start_http(self) -> ready.Readiness:
         target = self.plan.target
         assert target.url is not None and target.listen is not None
         if target.command:
@@ -154,11 +156,11 @@ class _Target:
             await self._wait_for_port(target.url)
         command = mcpfault_argv("proxy", "--config", str(self._profile), "--events")
         command += [str(self.events), "--listen", target.listen, "--upstream", target.url]
-        command += ["--control", "127.0.0.1:0"]
+        command += ["--control", "127.0.0.1:0", "--ready-file", str(self._ready_file)]
         self._processes.append(self._spawn(command, self.out_dir / "proxy.log"))
-        url = await self._wait_for(self.out_dir / "proxy.log", _CONTROL_LINE)
-        self.serving = await self._wait_for(self.out_dir / "proxy.log", _SERVING_LINE)
-        return url
+        readiness = await self._wait_ready()
+        self.serving = readiness.listen
+        return readiness
 
     def _spawn(self, command: list[str], log: Path) -> subprocess.Popen[bytes]:
         try:
@@ -183,19 +185,20 @@ class _Target:
             await anyio.sleep(0.1)
         raise Failed(f"the target server did not listen at {url} in time; see {self.out_dir / 'server.log'}")
 
-    async def _wait_for(self, log: Path, pattern: re.Pattern[bytes]) -> str:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            text = log.read_bytes() if log.exists() else b""
-            found = pattern.search(text)
-            if found:
-                return found.group(1).decode()
-            if self.load_error is not None or any(p.poll() is not None for p in self._processes):
-                break
-            await anyio.sleep(0.05)
-        tail = (log.read_bytes()[-600:] if log.exists() else b"").decode(errors="replace")
-        why = self.load_error or "it did not start in time"
-        raise Failed(f"the proxy did not come up ({why}); {log}: {tail.strip() or '(empty)'}")
+    async def _wait_ready(self) -> ready.Readiness:
+        """The proxy's readiness record, once it serves; Failed (with its log's tail) if it never does."""
+
+        def exited() -> bool:
+            return self.load_error is not None or any(p.poll() is not None for p in self._processes)
+
+        try:
+            return await ready.wait_for_async(self._ready_file, exited=exited, timeout_s=START_TIMEOUT_S)
+        except ready.ReadyFileError as exc:
+            log = self.out_dir / "proxy.log"
+            tail = (log.read_bytes()[-600:] if log.exists() else b"").decode(errors="replace")
+            raise Failed(
+                f"the proxy did not come up ({self.load_error or exc}); {log}: {tail.strip() or '(empty)'}"
+            ) from None
 
     async def stop(self) -> None:
         self._stop_load = True

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION
+from mcpfault.telemetry.names import Received
 
 # The request kinds whose name a rule's globs match, and the glob (rule key) each is matched with.
 NAMED_KINDS: Mapping[str, str] = {
@@ -128,7 +129,7 @@ class HttpBehaviour:
     ``request_headers`` changes what the request carries to an HTTP server.
     """
 
-    received: ClassVar[str | None] = None
+    received: ClassVar[Received | None] = None
     reaches_server: ClassVar[bool] = True
     loses_answer: ClassVar[bool] = False
 
@@ -246,16 +247,17 @@ class PlanContext:
 
 # How the analysis (analysis/effects.py) tells whether one application of a fault changed what the
 # client received, i.e. changed something the task's answer depends on. Each fault type declares one
-# as its class attribute ``effect`` (a new type picks the nearest, or adds a value here and its rule
-# in analysis/effects.py):
+# as its class attribute ``effect``; none is one type's own: a new type picks the one that describes
+# what it does to an answer (or adds a value here and its rule in analysis/effects.py):
 # - "always": every application counts (when in doubt: "touched, no effect" is never a guess);
 # - "failure": only when the client's attempt failed (a delay inside its deadline changed nothing);
-# - "revision": when the replayed answer is older than the server's state and a write since then
-#   changed a field the task reads;
-# - "renamed_fields": when the call failed or a renamed field is one the task reads;
-# - "corrupted_fields": when the attempt failed or a field the corruption changed (``Delivery.fields``,
-#   which the proxy's event carries) is one the task reads.
-Effect = Literal["always", "failure", "revision", "renamed_fields", "corrupted_fields"]
+# - "outdated": the answer was computed at an earlier server state (it carries its revision,
+#   ``as_of``): only when a write since then changed a field the task reads;
+# - "changed_fields": the fault changed named result fields of the answer (``Delivery.fields``, which
+#   the proxy's event carries: corrupted, renamed, made plausibly wrong): only when the attempt failed
+#   or one of those is a field the task reads; one that names none counts (an unnamed change), unless
+#   the type ``names_every_change``.
+Effect = Literal["always", "failure", "outdated", "changed_fields"]
 
 
 @runtime_checkable
@@ -282,6 +284,7 @@ class Fault(Protocol):
     persistent: ClassVar[bool]
     follows: ClassVar[frozenset[str]]
     effect: ClassVar[Effect]
+    names_every_change: ClassVar[bool]  # with "changed_fields": an application naming no field changed none
     needs_tools: ClassVar[bool]  # the engine learns tools/list answers for ctx.tool
 
     def methods_allowed(self) -> frozenset[str]:
@@ -344,6 +347,10 @@ class FaultBase:
     persistent: ClassVar[bool] = False
     follows: ClassVar[frozenset[str]] = frozenset()
     effect: ClassVar[Effect] = "always"
+    # With "changed_fields": whether every change an application makes to an answer is a field it names,
+    # so that one naming none left the answer as sent (True for renames; False where a change may have
+    # no name, a value in a list of scalars).
+    names_every_change: ClassVar[bool] = False
     needs_tools: ClassVar[bool] = False
     # The failure class the judge gives a wrong answer when this fault affected the task (a lie the agent
     # believed: ``believed_lie``); None: the judge's own (``wrong_answer``).

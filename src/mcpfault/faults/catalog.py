@@ -23,6 +23,13 @@ from mcpfault.faults.schema_drift import SchemaDrift
 from mcpfault.faults.stale import Stale
 from mcpfault.faults.stall import Stall
 from mcpfault.faults.timeout import Timeout
+from mcpfault.telemetry import names as telemetry_names
+
+EVENT_PREFIX = "mcpfault."
+# The span events that are not a fault's: a fault type may not take one of these names.
+_OTHER_EVENTS = frozenset(
+    value for key, value in vars(telemetry_names).items() if key.startswith("EVENT_") and isinstance(value, str)
+)
 
 
 class Catalog:
@@ -37,12 +44,24 @@ class Catalog:
             raise ValueError(f"fault type {name!r} is registered twice: {self._types[name]!r} and {fault_type!r}")
         if not callable(getattr(fault_type, "plan", None)):
             raise TypeError(f"fault type {name!r} ({fault_type!r}) has no plan(call, rng, ctx) method")
-        if not isinstance(getattr(fault_type, "event_name", None), str) or not fault_type.MODES:
+        event = getattr(fault_type, "event_name", None)
+        if not isinstance(event, str) or not fault_type.MODES:
             raise TypeError(f"fault type {name!r} ({fault_type!r}) needs an event_name and at least one of MODES")
+        if not event.startswith(EVENT_PREFIX) or event == EVENT_PREFIX or event in _OTHER_EVENTS:
+            raise ValueError(
+                f"fault type {name!r}: event_name {event!r} must be {EVENT_PREFIX}<what it did>, "
+                "and not one of telemetry/names.py's other events"
+            )
+        if (sharing := self.of_event(event)) is not None:
+            raise ValueError(f"fault types {sharing.type_name!r} and {name!r} both name their event {event!r}")
         self._types[name] = fault_type
 
     def get(self, name: str) -> type[Fault] | None:
         return self._types.get(name)
+
+    def of_event(self, event: str) -> type[Fault] | None:
+        """The fault type whose span event is ``event`` (event names are unique: ``register`` checks)."""
+        return next((t for t in self._types.values() if t.event_name == event), None)
 
     def names(self) -> list[str]:
         return sorted(self._types)

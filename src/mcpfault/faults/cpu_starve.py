@@ -13,7 +13,6 @@ from typing import ClassVar
 
 from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +29,7 @@ class _DutyCycle(ProcessBehaviour):
 class CpuStarve(FaultBase):
     type_name: ClassVar[str] = "cpu_starve"
     MODES: ClassVar[tuple[str, ...]] = ("throttle",)
-    event_name: ClassVar[str] = names.EVENT_CPU_STARVE
+    event_name: ClassVar[str] = "mcpfault.cpu_starve"
     effect: ClassVar[Effect] = "failure"
     needs_process: ClassVar[bool] = True
 

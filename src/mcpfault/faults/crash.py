@@ -25,7 +25,6 @@ from mcpfault.faults.base import (
     ServerProcessOps,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 Signal = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT"]
 
@@ -58,7 +57,7 @@ class _KillAfter(ProcessBehaviour):
 class Crash(FaultBase):
     type_name: ClassVar[str] = "crash"
     MODES: ClassVar[tuple[str, ...]] = ("before", "after")
-    event_name: ClassVar[str] = names.EVENT_CRASH
+    event_name: ClassVar[str] = "mcpfault.crash"
     transports: ClassVar[frozenset[str]] = EVERY_TRANSPORT
     needs_process: ClassVar[bool] = True
 

@@ -8,7 +8,6 @@ from typing import ClassVar, Literal
 
 from mcpfault.faults.base import READS, SERVER_REQUESTS, TOOLS_CALL, Call, Effect, FaultBase, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +16,7 @@ class Error(FaultBase):
     effect: ClassVar[Effect] = "failure"
     type_name: ClassVar[str] = "error"
     MODES: ClassVar[tuple[str, ...]] = ("protocol", "tool")
-    event_name: ClassVar[str] = names.EVENT_ERROR
+    event_name: ClassVar[str] = "mcpfault.error"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
 
     # protocol: a JSON-RPC error response; tool: a tools/call result with isError true.

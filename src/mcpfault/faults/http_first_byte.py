@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, Effect, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +27,7 @@ class _HoldFirstByte(HttpBehaviour):
 class FirstByteLatency(FaultBase):
     type_name: ClassVar[str] = "first_byte_latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
-    event_name: ClassVar[str] = names.EVENT_FIRST_BYTE_DELAY
+    event_name: ClassVar[str] = "mcpfault.first_byte_delay"
     targets: ClassVar[frozenset[str]] = REQUESTS
     effect: ClassVar[Effect] = "failure"
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})

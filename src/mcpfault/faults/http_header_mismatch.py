@@ -14,7 +14,6 @@ from typing import ClassVar, Literal
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.protocol import headers as mirrored
-from mcpfault.telemetry import names
 
 Header = Literal["method", "name", "protocol_version"]
 _NAMES: dict[str, str] = {
@@ -38,7 +37,7 @@ class _Mismatched(HttpBehaviour):
 class HeaderMismatch(FaultBase):
     type_name: ClassVar[str] = "header_mismatch"
     MODES: ClassVar[tuple[str, ...]] = ("method", "name", "protocol_version")
-    event_name: ClassVar[str] = names.EVENT_HEADER_MISMATCH
+    event_name: ClassVar[str] = "mcpfault.header_mismatch"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

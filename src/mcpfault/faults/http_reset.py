@@ -11,11 +11,11 @@ from random import Random
 from typing import Any, ClassVar, Literal
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
-from mcpfault.telemetry import names
+from mcpfault.telemetry.names import Received
 
 
 class _ResetBefore(HttpBehaviour):
-    received: ClassVar[str | None] = "reset"
+    received: ClassVar[Received | None] = "reset"
     reaches_server: ClassVar[bool] = False
 
     def answer_instead(self, ops: HttpExchangeOps) -> Any:
@@ -23,7 +23,7 @@ class _ResetBefore(HttpBehaviour):
 
 
 class _ResetAfter(HttpBehaviour):
-    received: ClassVar[str | None] = "reset"
+    received: ClassVar[Received | None] = "reset"
     loses_answer: ClassVar[bool] = True
 
 
@@ -31,7 +31,7 @@ class _ResetAfter(HttpBehaviour):
 class Reset(FaultBase):
     type_name: ClassVar[str] = "reset"
     MODES: ClassVar[tuple[str, ...]] = ("before", "after")
-    event_name: ClassVar[str] = names.EVENT_RESET
+    event_name: ClassVar[str] = "mcpfault.reset"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.protocol import jsonrpc
-from mcpfault.telemetry import names
+from mcpfault.telemetry.names import Received
 
 
 class _NotFound(HttpBehaviour):
-    received: ClassVar[str | None] = "session_expired"
+    received: ClassVar[Received | None] = "session_expired"
     reaches_server: ClassVar[bool] = False
 
     def answer_instead(self, ops: HttpExchangeOps) -> Any:
@@ -27,7 +27,7 @@ class _NotFound(HttpBehaviour):
 class SessionExpired(FaultBase):
     type_name: ClassVar[str] = "session_expired"
     MODES: ClassVar[tuple[str, ...]] = ("not_found",)
-    event_name: ClassVar[str] = names.EVENT_SESSION_EXPIRED
+    event_name: ClassVar[str] = "mcpfault.session_expired"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, HttpExchangeOps, Injection, PlanContext
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
+from mcpfault.telemetry.names import Received
 
 
 @dataclass(frozen=True, slots=True)
 class _StatusInstead(HttpBehaviour):
-    received: ClassVar[str | None] = "http_error"
+    received: ClassVar[Received | None] = "http_error"
     reaches_server: ClassVar[bool] = False
 
     status: int
@@ -31,7 +31,7 @@ class _StatusInstead(HttpBehaviour):
 class HttpStatus(FaultBase):
     type_name: ClassVar[str] = "http_status"
     MODES: ClassVar[tuple[str, ...]] = ("status",)
-    event_name: ClassVar[str] = names.EVENT_HTTP_STATUS
+    event_name: ClassVar[str] = "mcpfault.http_status"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

@@ -15,12 +15,12 @@ from typing import ClassVar
 
 from mcpfault.faults.base import HTTP, REQUESTS, Call, FaultBase, HttpBehaviour, Injection, PlanContext
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
+from mcpfault.telemetry.names import Received
 
 
 @dataclass(frozen=True, slots=True)
 class _Cut(HttpBehaviour):
-    received: ClassVar[str | None] = "stream_cut"
+    received: ClassVar[Received | None] = "stream_cut"
 
     after_events: int
 
@@ -33,7 +33,7 @@ class _Cut(HttpBehaviour):
 class HttpStreamCut(FaultBase):
     type_name: ClassVar[str] = "stream_cut"
     MODES: ClassVar[tuple[str, ...]] = ("cut",)
-    event_name: ClassVar[str] = names.EVENT_STREAM_CUT
+    event_name: ClassVar[str] = "mcpfault.stream_cut"
     targets: ClassVar[frozenset[str]] = REQUESTS
     transports: ClassVar[frozenset[str]] = frozenset({HTTP})
 

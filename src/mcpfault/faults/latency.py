@@ -18,14 +18,13 @@ from mcpfault.faults.base import (
     PlanContext,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Latency(FaultBase):
     type_name: ClassVar[str] = "latency"
     MODES: ClassVar[tuple[str, ...]] = ("delay",)
-    event_name: ClassVar[str] = names.EVENT_DELAY
+    event_name: ClassVar[str] = "mcpfault.delay"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
     effect: ClassVar[Effect] = "failure"
 

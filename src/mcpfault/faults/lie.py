@@ -43,7 +43,6 @@ from mcpfault.faults.base import (
     rewrite_text_json,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 Mode = Literal["swap", "scale", "shift", "empty", "truncate", "stale_field", "contradict"]
 ALL_MODES: tuple[Mode, ...] = ("swap", "scale", "shift", "empty", "truncate", "stale_field", "contradict")
@@ -56,10 +55,10 @@ Path = tuple[str | int, ...]
 class Lie(FaultBase):
     type_name: ClassVar[str] = "lie"
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
-    event_name: ClassVar[str] = names.EVENT_LIE
+    event_name: ClassVar[str] = "mcpfault.lie"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL
     # A lie matters when the task reads the field it changed (the delivery names it).
-    effect: ClassVar[Effect] = "corrupted_fields"
+    effect: ClassVar[Effect] = "changed_fields"
     # A wrong answer from a task this affected used the lie: the agent believed it.
     wrong_answer: ClassVar[str | None] = BELIEVED_LIE
     needs_tools: ClassVar[bool] = True  # the outputSchema says which values stay valid (an enum's values)

@@ -22,7 +22,6 @@ from mcpfault.faults.base import (
     load_object,
     rewrite_text_json,
 )
-from mcpfault.telemetry import names
 
 Mode = Literal["truncate", "not_json", "missing_result", "wrong_id", "wrong_type"]
 ALL_MODES: tuple[Mode, ...] = ("truncate", "not_json", "missing_result", "wrong_id", "wrong_type")
@@ -36,10 +35,10 @@ NOT_JSON = b"Error: upstream connection pool exhausted (worker 3), retrying\n"
 class Malformed(FaultBase):
     type_name: ClassVar[str] = "malformed"
     MODES: ClassVar[tuple[str, ...]] = ALL_MODES
-    event_name: ClassVar[str] = names.EVENT_CORRUPT
+    event_name: ClassVar[str] = "mcpfault.corrupt"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
     # A broken answer fails the client's attempt; a value of the wrong type matters when the task reads it.
-    effect: ClassVar[Effect] = "corrupted_fields"
+    effect: ClassVar[Effect] = "changed_fields"
 
     # One is drawn per injection.
     modes: tuple[Mode, ...] = ALL_MODES

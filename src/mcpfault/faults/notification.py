@@ -28,7 +28,6 @@ from mcpfault.faults.base import (
     PlanContext,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 Mode = Literal["drop", "delay", "duplicate", "reorder", "false"]
 # What each mode may act on: the mode's methods, as ``methods_allowed`` reports them.
@@ -45,7 +44,7 @@ _TAKES: dict[str, frozenset[str]] = {
 class Notification(FaultBase):
     type_name: ClassVar[str] = "notification"
     MODES: ClassVar[tuple[str, ...]] = ("drop", "delay", "duplicate", "reorder", "false")
-    event_name: ClassVar[str] = names.EVENT_NOTIFICATION
+    event_name: ClassVar[str] = "mcpfault.notification"
     targets: ClassVar[frozenset[str]] = NOTIFICATIONS | REQUESTS
 
     mode: Mode = "drop"

@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from mcpfault.faults.base import Call, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +32,7 @@ class _KillAbove(ProcessBehaviour):
 class OomKill(FaultBase):
     type_name: ClassVar[str] = "oom_kill"
     MODES: ClassVar[tuple[str, ...]] = ("at_call", "rss_limit")
-    event_name: ClassVar[str] = names.EVENT_OOM_KILL
+    event_name: ClassVar[str] = "mcpfault.oom_kill"
     needs_process: ClassVar[bool] = True
 
     # Resident memory in MiB above which the server is killed; unset: killed at the triggering call.

@@ -41,8 +41,7 @@ from mcpfault.faults.base import (
     load_object,
 )
 from mcpfault.protocol import jsonrpc
-from mcpfault.protocol.values import rename_keys
-from mcpfault.telemetry import names
+from mcpfault.protocol.values import keys_present, rename_keys
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 # What a drifting server announces, by the kind of request the drift first shows on.
@@ -62,8 +61,11 @@ Renames = Mapping[str, str]
 class SchemaDrift(FaultBase):
     type_name: ClassVar[str] = "schema_drift"
     MODES: ClassVar[tuple[str, ...]] = ("rename_args", "rename_fields", "rewrite_list", "advertise")
-    event_name: ClassVar[str] = names.EVENT_DRIFT
-    effect: ClassVar[Effect] = "renamed_fields"
+    event_name: ClassVar[str] = "mcpfault.drift"
+    effect: ClassVar[Effect] = "changed_fields"  # the old names of the result fields renamed in an answer
+    # An answer changes only by the result fields renamed in it, which the event names: none named (a
+    # call translated to the new names, an answer without the old ones) is the answer as sent.
+    names_every_change: ClassVar[bool] = True
     targets: ClassVar[frozenset[str]] = frozenset({"tools/call", "prompts/get", "resources/read"})
     follows: ClassVar[frozenset[str]] = frozenset({"tools/list", "prompts/list"})
     persistent: ClassVar[bool] = True
@@ -146,7 +148,8 @@ class SchemaDrift(FaultBase):
                 if isinstance(argument, dict) and argument.get("name") in renames:
                     argument["name"] = renames[argument["name"]]
 
-    def _rename_contents(self, body: dict[str, Any], uri: str, ctx: PlanContext) -> None:
+    def _rename_contents(self, body: dict[str, Any], uri: str, ctx: PlanContext) -> tuple[str, ...]:
+        renamed: set[str] = set()
         result = body.get("result")
         contents = result.get("contents") if isinstance(result, dict) else None
         for item in contents if isinstance(contents, list) else []:
@@ -161,7 +164,9 @@ class SchemaDrift(FaultBase):
             names = self.rename_fields
             if not isinstance(names, Mapping):  # auto: the contents' own field names, renamed from the seed
                 names = auto_names(_keys(parsed), seed=ctx.seed, salt=f"{ctx.rule_name}:resource:{uri}")
+            renamed |= keys_present(parsed, names)
             item["text"] = json.dumps(rename_keys(parsed, names))
+        return tuple(sorted(renamed))
 
     def handshake(self, call: Call) -> ResponseStep | None:
         if not self.notify:
@@ -295,11 +300,14 @@ def _keys(node: Any) -> list[str]:
     return list(found)
 
 
-def _rename_result(body: dict[str, Any], names: Renames) -> None:
+def _rename_result(body: dict[str, Any], names: Renames) -> tuple[str, ...]:
+    """Rename the result's fields in place; the old names it renamed (the fields the client no longer finds)."""
     result = body.get("result")
     if not isinstance(result, dict) or not names:
-        return
+        return ()
+    renamed: set[str] = set()
     if "structuredContent" in result:
+        renamed |= keys_present(result["structuredContent"], names)
         result["structuredContent"] = rename_keys(result["structuredContent"], names)
     for item in result.get("content") or []:
         if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
@@ -308,16 +316,20 @@ def _rename_result(body: dict[str, Any], names: Renames) -> None:
             except ValueError:
                 continue
             if isinstance(parsed, dict | list):
+                renamed |= keys_present(parsed, names)
                 item["text"] = json.dumps(rename_keys(parsed, names))
+    return tuple(sorted(renamed))
 
 
-def _json_step(edit: Callable[[dict[str, Any]], None]) -> ResponseStep:
+def _json_step(edit: Callable[[dict[str, Any]], tuple[str, ...] | None]) -> ResponseStep:
+    """A step that edits the answer's JSON in place; ``edit`` returns the result fields it changed, if any."""
+
     def step(data: bytes) -> Delivery:
         body = load_object(data)
         if body is None:
             return Delivery(data)
-        edit(body)
-        return Delivery(encode(body))
+        changed = edit(body)
+        return Delivery(encode(body), fields=changed or ())
 
     return step
 

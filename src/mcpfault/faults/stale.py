@@ -18,16 +18,15 @@ from mcpfault.faults.base import (
     reply_with_id,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Stale(FaultBase):
     type_name: ClassVar[str] = "stale"
     MODES: ClassVar[tuple[str, ...]] = ("previous", "oldest")
-    event_name: ClassVar[str] = names.EVENT_STALE_HIT
+    event_name: ClassVar[str] = "mcpfault.stale_hit"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS
-    effect: ClassVar[Effect] = "revision"
+    effect: ClassVar[Effect] = "outdated"
 
     # previous: the latest earlier response; oldest: the oldest of the last `history` responses.
     pick: Literal["previous", "oldest"] = "previous"

@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from mcpfault.faults.base import Call, Effect, FaultBase, Injection, PlanContext, ProcessBehaviour, ServerProcessOps
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +26,7 @@ class _StallStop(ProcessBehaviour):
 class Stall(FaultBase):
     type_name: ClassVar[str] = "stall"
     MODES: ClassVar[tuple[str, ...]] = ("stop",)
-    event_name: ClassVar[str] = names.EVENT_STALL
+    event_name: ClassVar[str] = "mcpfault.stall"
     effect: ClassVar[Effect] = "failure"
     needs_process: ClassVar[bool] = True
 

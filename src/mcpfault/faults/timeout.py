@@ -18,14 +18,13 @@ from mcpfault.faults.base import (
     PlanContext,
 )
 from mcpfault.faults.settings import bounded
-from mcpfault.telemetry import names
 
 
 @dataclass(frozen=True, slots=True)
 class Timeout(FaultBase):
     type_name: ClassVar[str] = "timeout"
     MODES: ClassVar[tuple[str, ...]] = ("drop", "late")
-    event_name: ClassVar[str] = names.EVENT_DROP
+    event_name: ClassVar[str] = "mcpfault.drop"
     targets: ClassVar[frozenset[str]] = TOOLS_CALL | READS | SERVER_REQUESTS
     effect: ClassVar[Effect] = "failure"
 

@@ -18,7 +18,6 @@ children (SIGTERM, then SIGKILL) and exits, so no proxy outlives the bench.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import dataclasses
@@ -35,13 +34,13 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, NoReturn, Self
 
 import anyio
 
-from mcpfault.app.argv import is_mcpfault_argv
+from mcpfault.app.argv import ENTRY_POINT, is_mcpfault_argv
 from mcpfault.errors import UpstreamError
 
 # What a stdio proxy imports on its way to relaying (cli/proxy.py and what it loads). A module that
@@ -70,6 +69,9 @@ STOP_GRACE_S: Final = 5.0
 # ---- the fork server process ------------------------------------------------------------------
 
 
+Run = Callable[[Sequence[str]], int]  # the command line: the argv after ``-m mcpfault`` -> exit status
+
+
 @dataclass(frozen=True, slots=True)
 class _Child:
     """In a forked child: what to become."""
@@ -77,18 +79,18 @@ class _Child:
     argv: list[str]
     cwd: str
     fds: list[int]
-    parser: argparse.ArgumentParser | None = None
+    run: Run | None = None
 
 
-def _preload() -> argparse.ArgumentParser:
-    """Import what a proxy needs; returns the command line's parser, built once here rather than in
-    every proxy (with the modules its subcommands import: ~14 ms of CPU per proxy)."""
+def _preload(entry_point: str) -> Run:
+    """Import what a proxy needs, and prepare ``entry_point`` (``module:function``, called once here:
+    the command line's parser, with the modules its subcommands import, is ~14 ms of CPU per proxy)."""
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    from mcpfault import cli
-
-    return cli._parser()
+    module, _, function = entry_point.partition(":")
+    prepare: Callable[[], Run] = getattr(importlib.import_module(module), function)
+    return prepare()
 
 
 def serve(control: socket.socket) -> _Child | None:
@@ -164,10 +166,9 @@ def become(child: _Child) -> NoReturn:
     os.chdir(child.cwd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = list(child.argv)
-    from mcpfault.cli import main as cli_main
-
+    assert child.run is not None  # main() gives every child the prepared entry point
     try:
-        code: object = cli_main(child.argv[1:], child.parser)
+        code: object = child.run(child.argv[1:])
     except SystemExit as exc:
         code = exc.code
     except BaseException:  # what `python -m mcpfault` would print before exiting 1
@@ -189,17 +190,18 @@ def become(child: _Child) -> NoReturn:
 
 
 def main() -> int:
+    """``python -m mcpfault.harness.forkserver FD ENTRY_POINT``: serve fork requests on socket FD."""
     control = socket.socket(fileno=int(sys.argv[1]))
     # Ctrl-C reaches the whole process group: the proxies handle it; this one ends when the harness does.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parser = _preload()
+    run = _preload(sys.argv[2])
     # What the preload built lives as long as the children: keep the collector off it, so that a
     # child's collections neither scan it nor copy its pages.
     gc.freeze()
     child = serve(control)
     if child is None:
         return 0
-    become(dataclasses.replace(child, parser=parser))
+    become(dataclasses.replace(child, run=run))
 
 
 # ---- the harness's side -----------------------------------------------------------------------
@@ -310,7 +312,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             process = subprocess.Popen(
-                [sys.executable, "-m", "mcpfault.harness.forkserver", str(theirs.fileno())],
+                [sys.executable, "-m", "mcpfault.harness.forkserver", str(theirs.fileno()), ENTRY_POINT],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any, Self
 import anyio
 from yarl import URL
 
+from mcpfault.app import ready
 from mcpfault.errors import (
     CallError,
     ConnectionLost,
@@ -48,8 +48,6 @@ from mcpfault.telemetry import names as span_names
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-# The line `mcpfault proxy --listen` writes once it listens (cli/proxy.py's announce).
-_SERVING = re.compile(rb"mcpfault: serving (http://\S+)")
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # What a name header carries for each method that has one (the 2026-07-28 era's Mcp-Name).
 _NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
@@ -79,8 +77,9 @@ def retry_after_s(value: str | None) -> float | None:
 
 
 class HttpClient(StdioClient):
-    """``StdioClient``'s interface over Streamable HTTP; ``log_path`` is where the proxy's stderr goes
-    (``stderr`` opened on it), which is where it announces its endpoint."""
+    """``StdioClient``'s interface over Streamable HTTP. The proxy command carries ``--ready-file
+    ready_path``, where the proxy says its endpoint once it listens; ``log_path`` is where its stderr
+    goes (``stderr`` opened on it), quoted when it never gets that far."""
 
     network_transport = span_names.NETWORK_TRANSPORT_TCP
 
@@ -88,6 +87,7 @@ class HttpClient(StdioClient):
         self,
         command: Sequence[str],
         *,
+        ready_path: Path,
         log_path: Path,
         deadline_s: float = 0.5,
         era: Era = "legacy",
@@ -97,6 +97,7 @@ class HttpClient(StdioClient):
         start_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(command, deadline_s=deadline_s, era=era, stderr=stderr, tracer=tracer, launcher=launcher)
+        self._ready_path = ready_path
         self._log_path = log_path
         self._start_timeout_s = start_timeout_s
         self.url: URL | None = None
@@ -106,6 +107,7 @@ class HttpClient(StdioClient):
         self._streams: dict[int, anyio.CancelScope] = {}  # request id -> its POST, closed to cancel it
 
     async def __aenter__(self) -> Self:
+        self._ready_path.unlink(missing_ok=True)  # a record an earlier proxy left here is not this one's
         await super().__aenter__()  # the proxy's process (its stdout stays unread: over HTTP it writes none)
         try:
             self.url = await self._endpoint()
@@ -116,18 +118,22 @@ class HttpClient(StdioClient):
         return self
 
     async def _endpoint(self) -> URL:
-        """The URL the proxy announces once it listens; UpstreamError if it exits or says nothing in time."""
-        assert self._process is not None
-        with anyio.move_on_after(self._start_timeout_s):
-            while True:
-                found = _SERVING.search(self._log_path.read_bytes()) if self._log_path.exists() else None
-                if found is not None:
-                    return URL(found.group(1).decode())
-                if self._process.returncode is not None:
-                    break
-                await anyio.sleep(0.005)
-        tail = self._log_path.read_text(errors="replace")[-600:] if self._log_path.exists() else ""
-        raise UpstreamError(f"the HTTP proxy did not start listening (see {self._log_path}): {tail.strip()}")
+        """The URL the proxy's readiness record gives once it listens; UpstreamError if it exits or
+        says nothing in time."""
+        process = self._process
+        assert process is not None
+        try:
+            readiness = await ready.wait_for_async(
+                self._ready_path, exited=lambda: process.returncode is not None, timeout_s=self._start_timeout_s
+            )
+        except ready.ReadyFileError as exc:
+            tail = self._log_path.read_text(errors="replace")[-600:] if self._log_path.exists() else ""
+            raise UpstreamError(
+                f"the HTTP proxy did not start listening: {exc} (see {self._log_path}): {tail.strip()}"
+            ) from None
+        if readiness.listen is None:
+            raise UpstreamError(f"the HTTP proxy's readiness record {self._ready_path} names no endpoint")
+        return URL(readiness.listen)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

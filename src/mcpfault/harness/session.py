@@ -50,6 +50,7 @@ from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_ma
 from mcpfault.analysis.judge import TaskRun, check_answer, judge, judge_claim
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.server import ServerAccount, account_of
+from mcpfault.app import ready
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
 from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, make_agent
@@ -72,6 +73,7 @@ SERVER_JOURNAL = "server-journal.jsonl"  # the mock's state changes, in the sess
 # What naive task code raises when an answer is not what it was written for.
 TASK_CRASHES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 AGENT_SPANS = "agent-spans.jsonl"  # an external agent's own spans (harness.otlp_receiver writes them)
+READY_FILE = ready.FILE_NAME  # where the session's proxy says it serves
 STATE_FILE = "server-state.json"  # the mock's final state, which the judge reads
 
 
@@ -144,7 +146,7 @@ def proxy_command(plan: SessionPlan) -> list[str]:
     proxy = mcpfault_argv("proxy", "--config", str(plan.profile), python=python)
     if not plan.proxy_summary:
         proxy.append("--no-summary")
-    proxy += ["--events", str(plan.out_dir / "events.jsonl")]
+    proxy += ["--events", str(plan.out_dir / "events.jsonl"), "--ready-file", str(plan.out_dir / READY_FILE)]
     if plan.traces:
         proxy += ["--spans", str(plan.out_dir / traces.PROXY_SPANS), *tracing]
     if plan.proxy_seed is not None:
@@ -321,6 +323,7 @@ async def _run_tasks(
         if plan.transport == TRANSPORT_HTTP:
             client = HttpClient(
                 listen_command(proxy_command(plan)),
+                ready_path=plan.out_dir / READY_FILE,
                 log_path=log_path,
                 deadline_s=plan.deadline_s,
                 era=plan.era,
@@ -511,9 +514,8 @@ def judge_session(
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches = by_request
     if spans is not None:
-        renamed = drift_renames(plan.profile)
         changed_by = FIELDS_CHANGED_BY if plan.server_command is None else {}  # only the bundled mock's are known
-        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), renamed, changed_by) for r in runs}
+        reads = {r.index: TaskReads(FIELDS_READ.get(r.workflow, {}), changed_by) for r in runs}
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
@@ -704,18 +706,6 @@ def _mock_write_tools() -> frozenset[str]:
     from mcpfault.mock.tools import TOOLS
 
     return frozenset(name for name, tool in TOOLS.items() if not tool.annotations.get("readOnlyHint", False))
-
-
-def drift_renames(profile_path: Path) -> dict[str, frozenset[str]]:
-    """Schema-drift rule name -> the result fields it renames (old names), from the session's profile."""
-    from mcpfault.faults import profile
-
-    loaded = profile.load(profile_path)
-    return {
-        rule.name: frozenset(rule.fault.rename_fields or {})
-        for rule in loaded.rules
-        if rule.type_name == "schema_drift" and hasattr(rule.fault, "rename_fields")
-    }
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

@@ -36,6 +36,7 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 from mcpfault.proxy.replies import server_gone_reply
 from mcpfault.proxy.tool_listing import ToolListing, is_own_id
+from mcpfault.telemetry.names import Received
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -51,11 +52,13 @@ _PER_REQUEST_META = frozenset({"traceparent", "tracestate", "baggage", "progress
 # Endings after which the proxy's own handling time means nothing: no answer was relayed.
 # (What an HTTP fault gives the client in place of the answer is untimed too: see ``_record``.)
 # What a client got that was bytes written to it: when that write fails, it got nothing.
-_SENT_TO_CLIENT = frozenset({"response", "error", "tool_error", "malformed", "upstream_exited", "server_restarted"})
-_UNTIMED = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstream_unreachable"})
+_SENT_TO_CLIENT: frozenset[Received] = frozenset(
+    {"response", "error", "tool_error", "malformed", "upstream_exited", "server_restarted"}
+)
+_UNTIMED: frozenset[Received] = frozenset({"upstream_exited", "server_restarted", "cancelled", "upstream_unreachable"})
 # Endings a transport reports through ``end()`` the moment it holds the upstream's answer (a status
 # it relays, a body it cannot use): the answer arrived then. Any other ``end()`` had no answer to time.
-_ENDED_ON_ARRIVAL = frozenset({"http_error", "error"})
+_ENDED_ON_ARRIVAL: frozenset[Received] = frozenset({"http_error", "error"})
 
 
 class To(enum.Enum):
@@ -99,7 +102,7 @@ class Finished(NamedTuple):
     decision: Decision
     started: float  # core clock
     finished: float
-    received: str  # response, error, tool_error, nothing, malformed, cancelled, upstream_exited
+    received: Received
     error_code: int | None
     upstream_contacted: bool
     delay_s: float
@@ -159,7 +162,7 @@ class DeferringObserver(RequestObserver, Protocol):
 class Stats:
     requests: Counter[str] = field(default_factory=Counter)  # by method
     faults: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (rule, type, mode)
-    received: Counter[str] = field(default_factory=Counter)  # what clients got, for faulted requests
+    received: Counter[Received] = field(default_factory=Counter)  # what clients got, for faulted requests
     opaque: Counter[str] = field(default_factory=Counter)  # unparsable lines, by direction
     modern_requests: int = 0  # requests carrying the 2026-07-28 _meta envelope; the rest are 2025-11-25
     upstream_exit_code: int | None = None
@@ -581,7 +584,7 @@ class ProxyCore:
         delivery = decision.deliver(line)
         first = decision.applied[0]
         self.stats.faults[(first.rule, first.type_name, first.mode)] += 1
-        received = "nothing" if delivery.data is None else "notification"
+        received: Received = "nothing" if delivery.data is None else "notification"
         self.stats.received[received] += 1
         if self._events is not None:
             record: dict[str, Any] = {
@@ -894,7 +897,7 @@ class ProxyCore:
     def end(
         self,
         request_id: Any,
-        received: str,
+        received: Received,
         *,
         reply: bytes | None = None,
         error_code: int | None = None,
@@ -957,7 +960,7 @@ class ProxyCore:
         *,
         upstream_contacted: bool,
         body: dict[str, Any] | None = None,
-        received: str | None = None,
+        received: Received | None = None,
         error_code: int | None = None,
         event: bool = True,
         arrived: float | None = None,
@@ -1111,7 +1114,7 @@ def _held_id(call: Call, delivery: Delivery) -> Any:
     return call.request_id if delivery.delay_s > 0 else None
 
 
-def classify(data: bytes | None, request_id: Any, body: dict[str, Any] | None = None) -> tuple[str, int | None]:
+def classify(data: bytes | None, request_id: Any, body: dict[str, Any] | None = None) -> tuple[Received, int | None]:
     """What a client received: response, error, tool_error, nothing or malformed (and the error code)."""
     if data is None:
         return "nothing", None

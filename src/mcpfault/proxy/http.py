@@ -58,6 +58,7 @@ from mcpfault.proxy.supervised import ServerDown
 from mcpfault.proxy.supervisor import unanswered_reply
 from mcpfault.proxy.tool_listing import is_own_id
 from mcpfault.proxy.upstream import UpstreamPool
+from mcpfault.telemetry.names import Received
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -355,13 +356,13 @@ class HttpProxy:
         )
         return answer, generation
 
-    async def _fate_of(self, generation: int, request_id: Any) -> tuple[bytes, str] | None:
+    async def _fate_of(self, generation: int, request_id: Any) -> tuple[bytes, Received] | None:
         """The error for a request ``generation`` never answered, when it died (None when it lives)."""
         assert self._process is not None
         death = await self._process.fate(generation, FATE_WAIT_S)
         return unanswered_reply(request_id, death) if death is not None else None
 
-    def _unanswered(self, exchange: Exchange, fate: tuple[bytes, str]) -> web.Response:
+    def _unanswered(self, exchange: Exchange, fate: tuple[bytes, Received]) -> web.Response:
         body, received = fate
         return _proxy_error(exchange, body, received, contacted=True)
 
@@ -460,7 +461,9 @@ class HttpProxy:
             answer.close()
 
 
-def _proxy_error(exchange: Exchange, body: bytes, received: str, *, contacted: bool, status: int = 200) -> web.Response:
+def _proxy_error(
+    exchange: Exchange, body: bytes, received: Received, *, contacted: bool, status: int = 200
+) -> web.Response:
     """The proxy's own JSON-RPC error (-32000) for the request, recorded as what the client received."""
     code = jsonrpc.UPSTREAM_UNAVAILABLE
     exchange.core.end(exchange.request_id, received, reply=body, error_code=code, upstream_contacted=contacted)

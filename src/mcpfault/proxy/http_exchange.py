@@ -22,6 +22,7 @@ from mcpfault.proxy import http_server as web
 from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.upstream import UpstreamResponse
+from mcpfault.telemetry.names import Received
 
 SSE = "text/event-stream"
 # Hop-by-hop headers (RFC 9110 7.6.1): for one connection, never passed on.
@@ -92,7 +93,7 @@ class Exchange:
         self._request_id: Any = ...
         # What became of a server the proxy started, when it broke off the answer: the error for the
         # request and what the client received (None: it lives; the break was something else).
-        self.server_fate: Callable[[Any], Awaitable[tuple[bytes, str] | None]] | None = None
+        self.server_fate: Callable[[Any], Awaitable[tuple[bytes, Received] | None]] | None = None
 
     @property
     def request_id(self) -> Any:
@@ -138,7 +139,7 @@ class Exchange:
             response = await self._open_stream(answer.status, headers, action)
             for note in notes[:cut]:
                 await response.write(sse.encode(note.data))
-            self.core.end(self.request_id, str(action.received))
+            self.core.end(self.request_id, action.received or "nothing")
             await response.write_eof()
             return response
         emits = [e for e in self.core.from_server(data) if e.to is To.CLIENT]
@@ -155,10 +156,10 @@ class Exchange:
             # The server finishes its work and answers; the connection drops before a byte of it leaves.
             for line in _sse_data(await read_limited(answer, self._limits.max_response_bytes)):
                 self.core.from_server(line)
-            self.core.end(self.request_id, str(action.received))
+            self.core.end(self.request_id, action.received or "nothing")
             return abort(self.request)
         cut = action.cut_after_events if action is not None else None
-        cut_as = str(action.received) if action is not None else ""
+        cut_as: Received = (action.received or "nothing") if action is not None else "nothing"
         response = await self._open_stream(answer.status, relayed_headers(answer.headers), action)
         relayed = 0
         for note in notes:
@@ -193,6 +194,7 @@ class Exchange:
     async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
         """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
         fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
+        received: Received
         if fate is not None:
             reply, received = fate
         else:

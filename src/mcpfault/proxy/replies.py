@@ -6,16 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from mcpfault.protocol import jsonrpc
+from mcpfault.telemetry.names import Received
 
 
 def server_gone_reply(
     request_id: Any, *, exit_status: int | None, restarted_as: int | None, before: str, stopping: str | None = None
-) -> tuple[bytes, str]:
+) -> tuple[bytes, Received]:
     """The error for a request the server never answered, and what the client received (the event's
     word): ``server_restarted`` naming the generation that serves now, or ``upstream_exited`` when none
     follows. ``before``: what the death came before ("answering tools/call", "this request").
     ``stopping``: why the proxy itself was ending (a signal to it, forwarded to the server), so the
     client is not told that the server died on its own."""
+    received: Received
     if restarted_as is not None:
         received = "server_restarted"
         status = f"exit status {exit_status}; " if exit_status is not None else ""

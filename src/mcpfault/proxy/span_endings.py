@@ -31,6 +31,7 @@ from mcpfault.telemetry.fastspans import (
     json_span,
 )
 from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.tracing import span_name
 
 # On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP
@@ -47,7 +48,7 @@ class PlainEnding(NamedTuple):
     method: str
     target: str | None  # a tools/call's tool, as the span's key has it
     request_id: Any
-    received: str
+    received: Received
     error_code: int | None
     started: float  # core clock
     finished: float

@@ -29,6 +29,7 @@ from mcpfault.faults.profile import ServerSettings
 from mcpfault.proxy import events
 from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.replies import server_gone_reply
+from mcpfault.telemetry.names import Received
 
 log = structlog.get_logger("mcpfault.proxy")
 
@@ -431,7 +432,7 @@ def summary_lines(supervisor: Any) -> list[str]:
 # -- what a client is told about a server that died or is down ----------------------------------------
 
 
-def unanswered_reply(request_id: Any, death: ServerDeath) -> tuple[bytes, str]:
+def unanswered_reply(request_id: Any, death: ServerDeath) -> tuple[bytes, Received]:
     """The error for a request the dead server never answered, and what the client received
     (``replies.server_gone_reply``: the coming generation when it restarts)."""
     restarted_as = death.generation + 1 if death.restarting else None

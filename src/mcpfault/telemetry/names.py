@@ -12,7 +12,7 @@ name, counters ending in ``_total``.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, get_args
 
 # --- OpenTelemetry attributes: semantic conventions for MCP ------------------------------------
 MCP_METHOD_NAME: Final = "mcp.method.name"  # required on every MCP span
@@ -50,7 +50,30 @@ UPSTREAM_CONTACTED: Final = "mcpfault.upstream.contacted"  # bool: did the serve
 DIRECTION: Final = "mcpfault.direction"  # DIRECTION_* below: which peer sent the request
 DIRECTION_CLIENT_TO_SERVER: Final = "client_to_server"
 DIRECTION_SERVER_TO_CLIENT: Final = "server_to_client"  # sampling, elicitation, roots: never faulted
-CLIENT_RECEIVED: Final = "mcpfault.client.received"  # response, error, tool_error, nothing, malformed, ...
+CLIENT_RECEIVED: Final = "mcpfault.client.received"  # a Received value (below)
+# What a client received for a request: the events file's ``client_received``, CLIENT_RECEIVED on its
+# span, the summary's counts. An answer (response, tool_error, error, malformed), none (nothing,
+# cancelled), the proxy's own error for a server gone (upstream_exited, server_restarted,
+# upstream_unreachable, timeout: no server within the hold), an HTTP fault's stand-in (http_error,
+# reset, stream_cut, session_expired), or a notification for a notification.
+Received = Literal[
+    "response",
+    "tool_error",
+    "error",
+    "malformed",
+    "nothing",
+    "cancelled",
+    "upstream_exited",
+    "server_restarted",
+    "upstream_unreachable",
+    "timeout",
+    "http_error",
+    "reset",
+    "stream_cut",
+    "session_expired",
+    "notification",
+]
+RECEIVED: Final[frozenset[str]] = frozenset(get_args(Received))
 SERVER_GENERATION: Final = "mcpfault.server.generation"  # int: restarts of the server before this request
 
 # What the server's processes did during a tools/call (mcpfault proxy --probe; probe/observer.py).
@@ -76,24 +99,9 @@ OWN_EXIT: Final = "none"  # the cause of a death no fault caused (also the fault
 # --- Span events: the proxy's phases within one request span -----------------------------------
 EVENT_UPSTREAM_SENT: Final = "upstream.sent"
 EVENT_UPSTREAM_RECEIVED: Final = "upstream.received"
-EVENT_DELAY: Final = "mcpfault.delay"
-EVENT_DROP: Final = "mcpfault.drop"
-EVENT_CORRUPT: Final = "mcpfault.corrupt"
-EVENT_STALE_HIT: Final = "mcpfault.stale_hit"
-EVENT_DRIFT: Final = "mcpfault.drift"
-EVENT_LIE: Final = "mcpfault.lie"  # one field of an answer made plausibly wrong (faults/lie.py)
-EVENT_ERROR: Final = "mcpfault.error"  # the proxy answered with an error in the server's place
-EVENT_HTTP_STATUS: Final = "mcpfault.http_status"
-EVENT_RESET: Final = "mcpfault.reset"
-EVENT_STREAM_CUT: Final = "mcpfault.stream_cut"
-EVENT_SESSION_EXPIRED: Final = "mcpfault.session_expired"
-EVENT_FIRST_BYTE_DELAY: Final = "mcpfault.first_byte_delay"
-EVENT_HEADER_MISMATCH: Final = "mcpfault.header_mismatch"  # a request header made to disagree with its body
-EVENT_NOTIFICATION: Final = "mcpfault.notification"  # a notification lost, late, doubled, reordered or invented
-EVENT_CRASH: Final = "mcpfault.crash"
-EVENT_STALL: Final = "mcpfault.stall"
-EVENT_CPU_STARVE: Final = "mcpfault.cpu_starve"
-EVENT_OOM_KILL: Final = "mcpfault.oom_kill"
+# Each fault type names its own event in its module (``event_name``, "mcpfault.<what it did>"): adding a
+# fault is its module and a catalog line. The catalog refuses a name outside "mcpfault.", a name two
+# types share, and one of the names below.
 # A change through the control API (a rule added, removed or changed, faults off or on, a process
 # action), on the next span each engine decides after it.
 EVENT_CONTROL: Final = "mcpfault.control"
