@@ -286,6 +286,49 @@ async def test_record_listen_records_an_http_client_and_replays_it(tmp_path: Pat
     assert replayed.model_dump(mode="json") == live.model_dump(mode="json")
 
 
+async def test_record_listen_keeps_the_sessions_of_clients_of_both_eras(tmp_path: Path) -> None:
+    """Behind the HTTP bridge each protocol era has its own server, and so its own recorder: both write
+    one cassette, each adding its sessions, and an older recording there is replaced, not joined."""
+    import subprocess
+
+    from mcpfault.cassette.format import load
+    from tests.http_support import free_port, stop, wait_for_port
+
+    cassette = tmp_path / "time.cassette"
+    await time_session(record(cassette, TIME_SERVER), "legacy")  # an earlier recording at the same path
+    port = free_port()
+    recorder = subprocess.Popen(
+        [*MCPFAULT, "record", "--out", str(cassette), "--listen", f"127.0.0.1:{port}", "--", *TIME_SERVER],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    live = {}
+    try:
+        wait_for_port(port, recorder)
+        for mode, zone in [("legacy", "Asia/Tokyo"), ("auto", "Europe/Paris")]:
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, read_timeout_seconds=10) as client:
+                live[mode] = (await client.call_tool("get_current_time", {"timezone": zone})).model_dump(mode="json")
+    finally:
+        stop(recorder, timeout=15)
+    recorded = load(cassette)
+    assert recorded.header["eras"] == ["legacy", "modern"], recorded.header
+    assert len(recorded.sessions()) == 2 and recorded.header["sessions"] == 2
+    assert {entry.era for entry in recorded.entries if entry.session == "1"} != {
+        entry.era for entry in recorded.entries if entry.session == "2"
+    }
+    assert [entry.t for entry in recorded.entries] == sorted(entry.t for entry in recorded.entries)
+    calls = [
+        e.message["params"]["arguments"]["timezone"]
+        for e in recorded.entries
+        if e.message.get("method") == "tools/call"
+    ]
+    assert calls == ["Asia/Tokyo", "Europe/Paris"]  # this recording's only: the earlier one was replaced
+    for mode, zone in [("legacy", "Asia/Tokyo"), ("auto", "Europe/Paris")]:
+        async with Client(stdio_client(params(replay(cassette))), mode=mode, read_timeout_seconds=10) as client:
+            replayed = await client.call_tool("get_current_time", {"timezone": zone})
+        assert replayed.model_dump(mode="json") == live[mode]
+
+
 def book_of(calls: list[tuple[str, dict[str, Any]]], matcher: str) -> Any:
     from mcpfault.cassette.format import Entry
     from mcpfault.cassette.matching import Book, Recorded

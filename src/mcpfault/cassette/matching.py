@@ -80,8 +80,9 @@ class Miss(MCPFaultError):
 class Book:
     """The recorded requests of a cassette, and the matcher that picks one for each live request.
 
-    Sessions: each live handshake (``initialize``, ``server/discover``) begins the next recorded session,
-    in the order they were recorded (after the last, the first again), and later requests are looked for
+    Sessions: each live handshake (``initialize``, ``server/discover``) begins the next recorded session
+    that began with the same handshake (the same era), in the order they were recorded (after the last,
+    the first again), and later requests are looked for
     in that session first. ``method+params`` and ``sequential`` then look in the other sessions too (the
     HTTP bridge may interleave two live clients on one replayer); ``strict`` never does.
     """
@@ -101,8 +102,7 @@ class Book:
         params = canonical(params if params is not None else {})
         if method in HANDSHAKE_METHODS:  # the handshake is answered as recorded, whatever the client proposed
             if self.sessions:
-                self.session = self.sessions[self._sessions_served % len(self.sessions)]
-                self._sessions_served += 1
+                self.session = self._next_session(method)
             for item in self._in_session(self.session) + self.recorded:
                 if item.method == method:
                     return self._use(item)
@@ -132,6 +132,16 @@ class Book:
                 in_session = [item for item in equal if item.request.session == self.session]
                 return self._use(unused[0] if unused else (in_session or equal)[-1])
         raise Miss(self._miss_text(method, params, same_method or self.recorded, "closest recorded request:"))
+
+    def _next_session(self, handshake: str) -> str:
+        """The next recorded session in turn that began with this handshake (its era's: ``initialize`` or
+        ``server/discover``), so a client of either era meets a session of its own; the next in turn
+        when none did."""
+        count = len(self.sessions)
+        order = [self.sessions[(self._sessions_served + n) % count] for n in range(count)]
+        chosen = next((s for s in order if any(i.method == handshake for i in self._in_session(s))), order[0])
+        self._sessions_served = self.sessions.index(chosen) + 1
+        return chosen
 
     def _use(self, item: Recorded) -> Recorded:
         item.used += 1

@@ -7,22 +7,44 @@ profile injects are what gets recorded; without one, nothing is changed on the w
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import json
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from mcpfault.app.argv import mcpfault_argv
-from mcpfault.cassette.format import FORMAT_VERSION, Direction, Entry, redact_message, secret_values, write
+from mcpfault.cassette.format import (
+    FORMAT_VERSION,
+    Cassette,
+    Direction,
+    Entry,
+    load,
+    redact_message,
+    secret_values,
+    write,
+)
 from mcpfault.errors import UsageError
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, EraTracker
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """One of several recorders of one recording (``record --listen -- CMD``: one per protocol era behind
+    the HTTP bridge), all writing the same cassette: each adds its sessions to what the others wrote."""
+
+    recording: str  # the recording's id, in the cassette's header: a cassette of another recording is replaced
+    epoch: float  # when the recording started (Unix seconds): every part's times count from it
 
 
 class Recorder:
@@ -33,9 +55,11 @@ class Recorder:
     ``record --listen -- CMD`` passes to one server. Over ``--upstream`` the caller names the session.
     """
 
-    def __init__(self, command: Sequence[str], redact: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], redact: Sequence[str], joining: Joining | None = None) -> None:
         self._lock = threading.Lock()
-        self._started = time.monotonic()
+        self._joining = joining
+        # Times count from the recording's start: this recorder's own, or the one it joins.
+        self._started = time.monotonic() - (time.time() - joining.epoch if joining is not None else 0.0)
         self._eras: dict[str, EraTracker] = {}
         self._session = "1"
         self._sessions_begun = 0
@@ -114,6 +138,7 @@ class Recorder:
             "recorded_at": self.recorded_at,
             "redacted_arguments": self.redact,
             "sessions": len({entry.session for entry in self.entries}),
+            **({"recording": self._joining.recording} if self._joining is not None else {}),
         }
 
     def save(self, path: Path) -> None:
@@ -127,7 +152,63 @@ class Recorder:
             if path.exists() and not any(entry.direction == "client" for entry in entries):
                 print(f"mcpfault record: this session sent no request; {path} is kept as it was", file=sys.stderr)
                 return
-            write(path, self.header(), entries)
+            if self._joining is None:
+                write(path, self.header(), entries)
+                return
+            with _locked(path):
+                joined = _earlier_part(path, self._joining.recording)
+                if joined is None:
+                    write(path, self.header(), entries)
+                else:
+                    write(path, *_join(joined, self.header(), entries))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold ``path``'s lock file while a part of the recording is merged in (the parts save at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.with_name(path.name + ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _earlier_part(path: Path, recording: str) -> Cassette | None:
+    """What another part of this recording already wrote to ``path`` (None: nothing, or another recording's)."""
+    if not path.exists():
+        return None
+    try:
+        cassette = load(path)
+    except UsageError:
+        return None  # not a cassette: this recording replaces it, as a first part would
+    return cassette if cassette.header.get("recording") == recording else None
+
+
+def _join(earlier: Cassette, header: dict[str, Any], entries: list[Entry]) -> tuple[dict[str, Any], list[Entry]]:
+    """The cassette of both parts: this part's sessions numbered after the earlier ones, in time order."""
+    base = len(earlier.sessions())
+    order = {session: str(base + n) for n, session in enumerate(dict.fromkeys(e.session for e in entries), 1)}
+    renumbered = [dataclasses.replace(entry, session=order[entry.session]) for entry in entries]
+    joined = sorted([*earlier.entries, *renumbered], key=lambda entry: entry.t)
+    previous = earlier.header
+    merged = {
+        **header,
+        "server_info": previous.get("server_info") or header["server_info"],
+        "capabilities": previous.get("capabilities") or header["capabilities"],
+        "eras": sorted({*previous.get("eras", []), *header["eras"]}),
+        "protocol_versions": list(
+            dict.fromkeys([*previous.get("protocol_versions", []), *header["protocol_versions"]])
+        ),
+        "recorded_at": previous.get("recorded_at", header["recorded_at"]),
+        "sessions": len({entry.session for entry in joined}),
+    }
+    return merged, joined
+
+
+def _union(first: list[str], second: list[str]) -> list[str]:
+    return list(dict.fromkeys([*first, *second]))
 
 
 def _pump(source: IO[bytes], sink: IO[bytes], recorder: Recorder, direction: Direction) -> None:
@@ -147,14 +228,16 @@ def _pump(source: IO[bytes], sink: IO[bytes], recorder: Recorder, direction: Dir
                 pass
 
 
-def record_stdio(out: Path, command: Sequence[str], redact: Sequence[str], profile: str | None) -> int:
+def record_stdio(
+    out: Path, command: Sequence[str], redact: Sequence[str], profile: str | None, joining: Joining | None = None
+) -> int:
     """Relay stdio between the client and ``command`` until the server exits; the server's exit status."""
     if not command:
         raise UsageError("record needs the server's command after '--' (e.g. -- uvx mcp-server-time)")
     server = list(command)
     if profile is not None:
         server = mcpfault_argv("proxy", "--config", profile, "--", *command)
-    recorder = Recorder(command, redact)
+    recorder = Recorder(command, redact, joining)
     try:
         child = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     except OSError as exc:

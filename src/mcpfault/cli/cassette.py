@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,10 @@ def add_parsers(commands: Any) -> None:
         metavar="URL",
         help="with --listen: record in front of this remote Streamable HTTP server (its HTTP status and headers too)",
     )
+    # The recorders of one `record --listen -- CMD` (one per protocol era behind the HTTP bridge): the
+    # recording they join, and when it started, so that their sessions land in one cassette.
+    record.add_argument("--recording", help=argparse.SUPPRESS)
+    record.add_argument("--recording-epoch", type=float, help=argparse.SUPPRESS)
     record.add_argument("command", nargs=argparse.REMAINDER, help="-- the server's command")
     record.set_defaults(handler=_record)
 
@@ -115,7 +121,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from mcpfault.cassette.record import record_stdio
+    from mcpfault.cassette.record import Joining, record_stdio
 
     command = _command(args)
     if args.upstream is not None:
@@ -123,11 +129,16 @@ def _record(args: argparse.Namespace) -> int:
     if args.listen is not None:
         # The project's HTTP endpoint in front, this recorder behind it on stdio: one proxy, not two.
         redact = [option for name in args.redact for option in ("--redact", name)]
-        recording = ["-m", "mcpfault", "record", "--out", str(args.out), *redact, "--", *command]
+        # Clients of both eras reach a recorder each: they join one recording, whose id and start they share.
+        joined = ["--recording", uuid.uuid4().hex, "--recording-epoch", repr(time.time())]
+        recording = ["-m", "mcpfault", "record", "--out", str(args.out), *redact, *joined, "--", *command]
         profile = args.config if args.config is not None else "baseline"
         proxy = mcpfault_argv("proxy", "--config", profile, "--listen", args.listen, "--")
         os.execv(sys.executable, [*proxy, sys.executable, *recording])
-    return record_stdio(args.out, command, args.redact, args.config)
+    joining = None
+    if args.recording is not None:
+        joining = Joining(args.recording, args.recording_epoch if args.recording_epoch is not None else time.time())
+    return record_stdio(args.out, command, args.redact, args.config, joining)
 
 
 def _record_upstream(args: argparse.Namespace, command: list[str]) -> int:

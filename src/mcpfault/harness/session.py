@@ -591,7 +591,7 @@ def _judge_claims(
     if spans is not None:
         # No server spans (the replay writes none) and no fields known to be read: the trace join sees
         # the faults on each task's own requests, which the request-id join cross-checks.
-        reads = {r.index: TaskReads({}, drift_renames(plan.profile), {}) for r in runs}
+        reads = {r.index: TaskReads({}, {}) for r in runs}
         touches = traces.touches(tasks, reads, traces.Revisions.of(spans.server), rereads=rereads)
         mismatches = traces.compare_touches(touches, by_request)
     why = no_ground_truth(plan.server_cassette)
