@@ -1,7 +1,8 @@
 """The cassette file: JSON lines, a header line first, then one line per message on the wire.
 
 Header: ``{"cassette": FORMAT_VERSION, "command": [...], "server_info": {...}, "capabilities": {...},
-"eras": [...], "protocol_versions": [...], "recorded_at": ISO-8601, "redacted_arguments": [...]}``.
+"eras": [...], "protocol_versions": [...], "recorded_at": ISO-8601, "redacted_arguments": [...],
+"sessions": N}``, and ``"recording": id`` when several recorders wrote it (``record --listen -- CMD``).
 Message: ``{"t": seconds since the recording started, "direction": "client"|"server", "session": str,
 "era": "legacy"|"modern"|"unknown", "message": {...JSON-RPC...}}`` (``"client"``: client to server), and
 over HTTP ``"http": {"status": int, "headers": {...}}`` on what the status and headers came with.
