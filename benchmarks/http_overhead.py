@@ -115,6 +115,39 @@ class Answer(NamedTuple):
     body: bytes
 
 
+class Head(NamedTuple):
+    status: int
+    length: int | None  # Content-Length, when given
+    chunked: bool
+    content_type: str
+    session_id: str | None
+
+
+def parse_head(head: bytes) -> Head:
+    """An answer's status line and the headers the benchmarks read (``head`` without the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split(" ", 2)[1])
+    except (IndexError, ValueError):
+        raise BenchError(f"not an HTTP status line: {lines[0][:200]!r}") from None
+    length: int | None = None
+    chunked = False
+    content_type = ""
+    session_id = None
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value)
+        elif name == "transfer-encoding":
+            chunked = "chunked" in value.lower()
+        elif name == "content-type":
+            content_type = value.strip()
+        elif name == "mcp-session-id":
+            session_id = value.strip()
+    return Head(status, length, chunked, content_type, session_id)
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection: a request out in one ``sendall``, its answer read back.
 
@@ -161,27 +194,8 @@ class Connection:
                 raise BenchError(f"answer head larger than {MAX_HEAD} bytes")
             self._recv()
             end = buf.find(b"\r\n\r\n")
-        lines = buf[:end].decode("latin-1").split("\r\n")
+        status, length, chunked, content_type, session_id = parse_head(bytes(buf[:end]))
         del buf[: end + 4]
-        try:
-            status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
-            raise BenchError(f"not an HTTP status line: {lines[0][:200]!r}") from None
-        length: int | None = None
-        chunked = False
-        content_type = ""
-        session_id = None
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value)
-            elif name == "transfer-encoding":
-                chunked = "chunked" in value.lower()
-            elif name == "content-type":
-                content_type = value.strip()
-            elif name == "mcp-session-id":
-                session_id = value.strip()
         if chunked:
             body = self._read_chunked()
         elif length is not None:
