@@ -172,8 +172,13 @@ class Session:
         self._writer: asyncio.StreamWriter | None = None
         self._stream: asyncio.StreamWriter | None = None  # the GET stream's connection, while open
 
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None
+
     async def _roundtrip(self, request: bytes) -> Answer:
-        assert self._reader is not None and self._writer is not None
+        if self._reader is None or self._writer is None:
+            raise BenchError("the session was closed after an earlier error")
         self._writer.write(request)
         return await asyncio.wait_for(read_answer(self._reader), self.endpoint.timeout)
 
@@ -321,6 +326,9 @@ class Run:
             "sessions_opened": self.sessions_opened,
             "open_seconds": round(self.open_s, 2),
             "kib_per_session": round((held.rss_kib - base.rss_kib) / max(1, self.sessions_opened), 1),
+            "kib_per_session_high_water": round(
+                (self.at("after calls").rss_kib - base.rss_kib) / max(1, self.sessions_opened), 1
+            ),
             "fds_per_session": round((held.fds - base.fds) / max(1, self.sessions_opened), 2),
             "burst": latency(self.burst_ns),
             "lone": latency(self.lone_ns),
@@ -339,9 +347,7 @@ class Run:
         }
         if self.get_streams_opened:
             streams = self.at("GET streams open")
-            figures["kib_per_get_stream"] = round(
-                (streams.rss_kib - self.at("after calls").rss_kib) / self.get_streams_opened, 1
-            )
+            figures["kib_per_get_stream"] = round((streams.rss_kib - held.rss_kib) / self.get_streams_opened, 1)
             figures["stream_burst"] = latency(self.stream_burst_ns)
         churn = [s for s in self.samples if s.step.startswith("churn ")]
         if churn:
@@ -406,6 +412,19 @@ async def measure(run: Run, endpoint: Endpoint) -> None:
     run.open_s = time.monotonic() - started
     run.sessions_opened = len(sessions)
     run.sample("sessions open")
+
+    # GET streams before the bursts: on a heap not yet grown by N calls in flight, their cost shows.
+    if endpoint.era == "legacy" and args.get_streams:
+        streaming = await each(run, sessions[: args.get_streams], "GET stream", Session.open_get_stream, opening)
+        run.get_streams_opened = len(streaming)
+        sessions = [s for s in sessions if s.is_open]  # a failed stream closed its session
+        run.sample("GET streams open")
+        sessions = await timed_calls(run, sessions, run.stream_burst_ns, len(sessions) or 1)
+        before_closing = open_fds(run.proxy_pid)
+        await asyncio.gather(*(s.close_get_stream() for s in streaming))
+        await settle(run, before_closing - 2 * len(streaming))  # each held a client and an upstream connection
+        run.sample("GET streams closed")
+
     for burst in range(args.bursts):
         sessions = await timed_calls(run, sessions, run.burst_ns, len(sessions) or 1)
         print(f"burst {burst + 1}/{args.bursts}: {len(sessions)} calls at once", file=sys.stderr)
@@ -416,15 +435,6 @@ async def measure(run: Run, endpoint: Endpoint) -> None:
         if not await timed_calls(run, [session], run.lone_ns, 1):
             sessions.remove(session)
     run.sample("after calls")
-
-    if endpoint.era == "legacy" and args.get_streams:
-        streaming = await each(run, sessions[: args.get_streams], "GET stream", Session.open_get_stream, opening)
-        run.get_streams_opened = len(streaming)
-        run.sample("GET streams open")
-        sessions = await timed_calls(run, sessions, run.stream_burst_ns, len(sessions) or 1)
-        await asyncio.gather(*(s.close_get_stream() for s in streaming))
-        await settle(run, run.at("after calls").fds)
-        run.sample("GET streams closed")
 
     await each(run, sessions, "DELETE", lambda s: s.close(delete=True), opening)
     await settle(run, run.at("baseline").fds)
@@ -541,6 +551,7 @@ def report_rows(figures: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ["sessions held at once", f"{figures['sessions_opened']:,} of {figures['sessions']:,}"],
         ["time to open them", f"{figures['open_seconds']:g} s"],
         ["proxy memory per session", f"{figures['kib_per_session']:g} KiB"],
+        ["proxy RSS high water per session, after the calls", f"{figures['kib_per_session_high_water']:g} KiB"],
         ["proxy fds per session", f"{figures['fds_per_session']:g}"],
         ["tools/call p50 / p99 ms, all sessions at once", lat("burst")],
         ["tools/call p50 / p99 ms, one at a time, all open", lat("lone")],
