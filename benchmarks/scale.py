@@ -298,6 +298,7 @@ class Run:
     echo_pid: int = 0
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    errors_by_action: dict[str, int] = field(default_factory=dict)
     sessions_opened: int = 0
     get_streams_opened: int = 0
     churned: int = 0
@@ -337,6 +338,7 @@ class Run:
             "churn": args.churn,
             "churned": self.churned,
             "errors": len(self.errors),
+            "errors_by_action": self.errors_by_action,
             "first_errors": self.errors[:MAX_ERRORS_SHOWN],
             "samples": [vars(s) for s in self.samples],
             "pids": {"proxy": self.proxy_pid, "echo_server": self.echo_pid},
@@ -379,6 +381,7 @@ async def each(
                 await action(session)
             except (BenchError, OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
                 run.errors.append(f"session {session.number}: {what}: {exc!r}")
+                run.errors_by_action[what] = run.errors_by_action.get(what, 0) + 1
                 await close_quietly(session)
             else:
                 done.append(session)
@@ -567,7 +570,8 @@ def report_rows(figures: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ["sessions opened and closed (churn)", f"{figures['churned']:,} of {figures['churn']:,}"],
             ["proxy RSS growth, churn quarter 1 to 4", f"{figures['churn_growth_kib']:+,} KiB"],
         ]
-    rows.append(["errors", f"{figures['errors']:,}"])
+    by_action = ", ".join(f"{what} {count:,}" for what, count in figures["errors_by_action"].items())
+    rows.append(["errors", f"{figures['errors']:,}" + (f" ({by_action})" if by_action else "")])
     return ["figure", "value"], rows
 
 
