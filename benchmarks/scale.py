@@ -337,6 +337,7 @@ class Run:
             "get_streams_opened": self.get_streams_opened,
             "churn": args.churn,
             "churned": self.churned,
+            "churn_without_delete": args.churn_without_delete,
             "errors": len(self.errors),
             "errors_by_action": self.errors_by_action,
             "first_errors": self.errors[:MAX_ERRORS_SHOWN],
@@ -453,7 +454,7 @@ async def measure(run: Run, endpoint: Endpoint) -> None:
 
         async def churn(session: Session) -> None:
             await session.open()
-            await session.close(delete=True)
+            await session.close(delete=not args.churn_without_delete)
 
         run.churned += len(await each(run, batch, "churn", churn, opening))
         await settle(run, run.at("baseline").fds)
@@ -567,7 +568,10 @@ def report_rows(figures: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ]
     if figures.get("churned"):
         rows += [
-            ["sessions opened and closed (churn)", f"{figures['churned']:,} of {figures['churn']:,}"],
+            [
+                "sessions opened and closed (churn)" + (", never ended" if figures["churn_without_delete"] else ""),
+                f"{figures['churned']:,} of {figures['churn']:,}",
+            ],
             ["proxy RSS growth, churn quarter 1 to 4", f"{figures['churn_growth_kib']:+,} KiB"],
         ]
     by_action = ", ".join(f"{what} {count:,}" for what, count in figures["errors_by_action"].items())
@@ -586,7 +590,8 @@ def markdown_block(figures: dict[str, Any], when: dt.datetime) -> str:
     lines = [
         f"<!-- scale:{key}:begin -->",
         "",
-        f"### {figures['sessions']:,} sessions ({figures['era']}), churn {figures['churn']:,}",
+        f"### {figures['sessions']:,} sessions ({figures['era']}), churn {figures['churn']:,}"
+        + (" without DELETE" if figures["churn_without_delete"] else ""),
         "",
         f"- Date: {when:%Y-%m-%d %H:%M %Z}; machine: {figures['machine']}",
         f"- Load average (1, 5, 15 min) at start {figures['load_average']['start']}, at end"
@@ -605,7 +610,8 @@ def markdown_block(figures: dict[str, Any], when: dt.datetime) -> str:
 
 
 def block_key(figures: dict[str, Any]) -> str:
-    return f"{figures['era']}-{figures['sessions']}-{figures['churn']}"
+    kept = "-without-delete" if figures["churn_without_delete"] else ""
+    return f"{figures['era']}-{figures['sessions']}-{figures['churn']}{kept}"
 
 
 def write_block(path: Path, key: str, block: str) -> None:
@@ -640,6 +646,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="sessions that also hold the GET stream (legacy only; default min(sessions, 200): the proxy's 256"
         " upstream connections bound them, see the README's limits)",
+    )
+    parser.add_argument(
+        "--churn-without-delete",
+        action="store_true",
+        help="churned sessions just close their connection, as a client that never ends its session (the proxy"
+        " keeps them up to its session cap)",
     )
     parser.add_argument("--bursts", type=int, default=3, help="times every session calls at once (default 3)")
     parser.add_argument("--lone-calls", type=int, default=200, help="sequential calls with all open (default 200)")
