@@ -701,6 +701,26 @@ def floor_ratio_lines(summaries: list[Summary[HttpConfig]], clients: int) -> lis
         )
     floor_rate = floor.median("rate_per_s") / direct.median("rate_per_s")
     lines.append(f"relay-uvloop req/s / direct req/s = {floor_rate:.2f}")
+    lines += per_round_floor_lines(by_name)
+    return lines
+
+
+def per_round_floor_lines(by_name: dict[str, Summary[HttpConfig]]) -> list[str]:
+    """The two targets' ratios round by round: each round runs every configuration side by side, so on a busy
+    machine these move less with the machine than the medians of each configuration taken apart."""
+    direct, floor = by_name["direct"], by_name["relay-uvloop"]
+    lines = []
+    proxy = by_name.get("mcpfault")
+    if proxy is not None:
+        ratios = []
+        for d, f, m in zip(direct.rounds, floor.rounds, proxy.rounds, strict=True):
+            added = f.p50_us - d.p50_us
+            ratios.append(f"{(m.p50_us - d.p50_us) / added:.2f}" if added > 0 else "n/a")
+        lines.append("mcpfault added p50 / relay-uvloop added p50, round by round: " + ", ".join(ratios))
+    traced = by_name.get("mcpfault-spans-metrics")
+    if traced is not None:
+        rates = [f"{t.rate_per_s / f.rate_per_s:.2f}" for f, t in zip(floor.rounds, traced.rounds, strict=True)]
+        lines.append("mcpfault-spans-metrics req/s / relay-uvloop req/s, round by round: " + ", ".join(rates))
     return lines
 
 
