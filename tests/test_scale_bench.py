@@ -58,11 +58,13 @@ def test_fifty_legacy_sessions_with_get_streams_and_churn(tmp_path: Path) -> Non
     assert all(s["rss_kib"] > 0 and s["fds"] > 0 for s in samples)
     # Fifty sessions are fifty client connections on the proxy, and fifty GET streams as many again.
     assert by_step["sessions open"]["fds"] >= by_step["baseline"]["fds"] + 50
-    assert by_step["GET streams open"]["fds"] >= by_step["after calls"]["fds"] + 50
+    assert by_step["GET streams open"]["fds"] >= by_step["sessions open"]["fds"] + 50
     assert by_step["sessions open"]["rss_kib"] > by_step["baseline"]["rss_kib"]
     assert isinstance(figures["kib_per_session"], float) and figures["kib_per_session"] > 0
-    # Ended sessions leave nothing open on the proxy.
-    assert by_step["churn 4/4"]["fds"] == by_step["baseline"]["fds"]
+    # Ended sessions leave none of their connections open on the proxy (a leak would be 50 of them; the
+    # baseline itself moves by an upstream connection or two).
+    assert by_step["churn 4/4"]["fds"] <= by_step["baseline"]["fds"] + 5
+    assert by_step["sessions closed"]["fds"] <= by_step["baseline"]["fds"] + 5
     assert isinstance(figures["churn_growth_kib"], int)
     assert_gone(figures["pids"])
 
