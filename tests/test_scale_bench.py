@@ -6,6 +6,7 @@ benchmark started gone when it returns."""
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,21 @@ def test_a_bad_choice_says_what_to_do(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "the 2026-07-28 era has no GET stream" in done.stderr
+
+
+def test_too_low_an_open_files_limit_says_what_to_do() -> None:
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    done = subprocess.run(
+        [sys.executable, str(SCALE), "--sessions", "1000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=low_limit,
+    )
+    assert done.returncode == 2
+    assert "open files are needed" in done.stderr and "ulimit -n` is 256" in done.stderr
+    assert "or run fewer --sessions" in done.stderr
