@@ -40,6 +40,7 @@ import datetime as dt
 import json
 import os
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -58,7 +59,6 @@ from common import (  # sibling modules: benchmarks/ is sys.path[0] when this ru
     format_markdown_table,
     format_text_table,
     initialize_params,
-    interrupt_on_sigterm,
     is_echo_result,
     jsonrpc_request,
     load_average,
@@ -93,15 +93,21 @@ FDS_PER_PROCESS_SLACK = 64  # the proxy's and our own files beside the connectio
 
 def rss_kib(pid: int) -> int:
     """The resident set of process ``pid`` in KiB (``VmRSS``)."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise BenchError(f"no VmRSS in /proc/{pid}/status")
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        raise BenchError(f"the proxy (pid {pid}) is gone: it exited or was killed during the run") from None
+    raise BenchError(f"no VmRSS in /proc/{pid}/status (not Linux?)")
 
 
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        raise BenchError(f"the proxy (pid {pid}) is gone: it exited or was killed during the run") from None
 
 
 @dataclass
@@ -506,6 +512,11 @@ def started(name: str, command: list[str], timeout: float, log: Any) -> Iterator
 
 async def run_async(run: Run) -> None:
     args = run.args
+    # SIGTERM cancels the run, which unwinds through the cleanup that stops the children (they run in
+    # process groups of their own, which a signal to the benchmark does not reach).
+    this = asyncio.current_task()
+    assert this is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, this.cancel)
     if args.uvloop:
         with contextlib.suppress(ImportError):
             import uvloop
@@ -691,7 +702,6 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
 
-    interrupt_on_sigterm()
     run = Run(args, load_at_start=load_average())
     when = dt.datetime.now(dt.UTC).astimezone()
     try:
@@ -705,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except asyncio.CancelledError:
+        print("\nstopped by SIGTERM", file=sys.stderr)
+        return 143
     run.load_at_end = load_average()
     figures = run.as_json()
     print()

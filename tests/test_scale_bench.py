@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,42 @@ def test_too_low_an_open_files_limit_says_what_to_do() -> None:
     assert done.returncode == 2
     assert "open files are needed" in done.stderr and "ulimit -n` is 256" in done.stderr
     assert "or run fewer --sessions" in done.stderr
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="ascii")
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_stops_the_proxy_and_the_server() -> None:
+    run = subprocess.Popen(
+        [sys.executable, str(SCALE), "--sessions", "50", "--churn", "1000000", "--lone-calls", "0"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stderr is not None
+        for line in run.stderr:
+            if line.startswith("burst 3/3"):
+                break  # the proxy and the echo server are up, and the churn (a long one) is next
+        children = children_of(run.pid)
+        assert len(children) == 2
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 143
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists(), f"child {pid} outlived the benchmark"
