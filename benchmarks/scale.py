@@ -726,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_text_table(*sample_rows(figures)))
     for error in figures["first_errors"]:
         print(f"error: {error}")
+    print("\nthe proxy's limits (from its code):")
+    for name, text in LIMITS.items():
+        print(f"- {name}: {text}")
     print(f"\nmachine: {figures['machine']}; load average at start {run.load_at_start}, at end {run.load_at_end}")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
