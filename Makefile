@@ -37,7 +37,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
 # Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics;
-# then the default matrix's CPU per task (the whole process tree) and wall time.
+# then the default matrix's CPU per task (the whole process tree) and wall time; and 1,000 HTTP sessions
+# through one proxy (docs/results/scale.md).
 TRACED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary --spans /tmp/mcpfault-bench-spans.jsonl
 # The side-effect probe's cost (added p50 with --probe on): the fake sidecar, and eBPF when root.
 PROBED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary
@@ -54,6 +55,7 @@ bench: $(STAMP)
 		--timeout 60
 	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/scale.py --sessions 1000 --churn 1000 --markdown docs/results/scale.md
 	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md
 
 setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace chromium

@@ -10,14 +10,18 @@ TCP_NODELAY, so no Nagle/delayed-ACK stall can creep into the figures.
 Both protocol eras: ``initialize`` (2025-11-25) issues an ``Mcp-Session-Id`` that later requests
 must carry (400 without it, 404 for an unknown one, ``DELETE`` ends it); ``server/discover`` and
 requests carrying the 2026-07-28 ``_meta`` envelope need no session. Notifications get 202.
+``GET /mcp`` gets 405 (no server-initiated stream), unless ``--get-stream``: then a session's GET
+opens a 2025-11-25 SSE stream (chunked, one comment to say it is open) that stays open, sending
+nothing more, until the client closes it; ``benchmarks/scale.py`` holds one per session.
 
-Run: ``python benchmarks/http_echo_server.py PORT [--sse]`` (port 0 picks a free one). It binds
+Run: ``python benchmarks/http_echo_server.py PORT [--sse] [--get-stream]`` (port 0 picks a free one). It binds
 127.0.0.1 only and prints ``listening on http://127.0.0.1:PORT/mcp`` on stdout once it accepts.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import socket
@@ -199,17 +203,34 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b"", None)
 
     def do_GET(self) -> None:
-        # No server-initiated stream: the spec's answer for a server that offers none.
-        self._send(405, b"", None, "Allow: POST, DELETE\r\n")
+        if not self.server.get_stream:
+            # No server-initiated stream: the spec's answer for a server that offers none.
+            self._send(405, b"", None, "Allow: POST, DELETE\r\n")
+            return
+        session_id = self.headers.get("Mcp-Session-Id")
+        if self.path != MCP_PATH or session_id is None or session_id not in self.server.sessions:
+            self._send(404, b"", None)
+            return
+        # A chunked stream, so its end is the end of a message (and the connection), not a guess.
+        head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        opened = b": stream open\n\n"
+        chunk = f"{len(opened):x}\r\n".encode() + opened + b"\r\n"
+        self.wfile.write((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1") + chunk)
+        # Held open, sending nothing more, until the client goes: this thread waits on its socket.
+        with contextlib.suppress(OSError):
+            while self.rfile.read1(65536):
+                pass
+        self.close_connection = True
 
 
 class EchoServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, port: int, sse: bool) -> None:
+    def __init__(self, port: int, sse: bool, get_stream: bool = False) -> None:
         super().__init__(("127.0.0.1", port), Handler)
         self.sse = sse
+        self.get_stream = get_stream
         self.sessions = Sessions()
 
     def server_bind(self) -> None:
@@ -228,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="A minimal Streamable HTTP MCP echo server on 127.0.0.1.")
     parser.add_argument("port", type=int, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--sse", action="store_true", help="answer tools/call with a one-event SSE stream")
+    parser.add_argument(
+        "--get-stream", action="store_true", help="answer a session's GET with an SSE stream held open until closed"
+    )
     args = parser.parse_args(argv)
-    server = EchoServer(args.port, args.sse)
+    server = EchoServer(args.port, args.sse, args.get_stream)
     print(f"listening on http://127.0.0.1:{server.server_port}{MCP_PATH}", flush=True)
     signal.signal(signal.SIGTERM, _stop)
     try:

@@ -4,6 +4,8 @@ Configurations (each a path from the client to benchmarks/http_echo_server.py):
 
 - ``direct``: the client talks to the echo server;
 - ``relay``: through benchmarks/http_relay.py, the least a stdlib HTTP relay can do;
+- ``relay-uvloop``: through ``http_relay.py --uvloop``, a minimal relay on asyncio streams and uvloop (the
+  event loop the proxy runs on): the floor for a Python HTTP proxy, which issue 33's targets are taken against;
 - ``mcpfault``: through ``mcpfault proxy --config profiles/baseline.toml --listen 127.0.0.1:0 --upstream URL``;
 - ``mcpfault-spans`` (``--spans FILE``) and ``mcpfault-spans-metrics`` (plus ``--metrics-addr``);
 - with ``--sse``, also ``direct-sse``, ``relay-sse`` and ``mcpfault-sse`` against the echo server in SSE mode.
@@ -115,6 +117,39 @@ class Answer(NamedTuple):
     body: bytes
 
 
+class Head(NamedTuple):
+    status: int
+    length: int | None  # Content-Length, when given
+    chunked: bool
+    content_type: str
+    session_id: str | None
+
+
+def parse_head(head: bytes) -> Head:
+    """An answer's status line and the headers the benchmarks read (``head`` without the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split(" ", 2)[1])
+    except (IndexError, ValueError):
+        raise BenchError(f"not an HTTP status line: {lines[0][:200]!r}") from None
+    length: int | None = None
+    chunked = False
+    content_type = ""
+    session_id = None
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value)
+        elif name == "transfer-encoding":
+            chunked = "chunked" in value.lower()
+        elif name == "content-type":
+            content_type = value.strip()
+        elif name == "mcp-session-id":
+            session_id = value.strip()
+    return Head(status, length, chunked, content_type, session_id)
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection: a request out in one ``sendall``, its answer read back.
 
@@ -161,27 +196,8 @@ class Connection:
                 raise BenchError(f"answer head larger than {MAX_HEAD} bytes")
             self._recv()
             end = buf.find(b"\r\n\r\n")
-        lines = buf[:end].decode("latin-1").split("\r\n")
+        status, length, chunked, content_type, session_id = parse_head(bytes(buf[:end]))
         del buf[: end + 4]
-        try:
-            status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
-            raise BenchError(f"not an HTTP status line: {lines[0][:200]!r}") from None
-        length: int | None = None
-        chunked = False
-        content_type = ""
-        session_id = None
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value)
-            elif name == "transfer-encoding":
-                chunked = "chunked" in value.lower()
-            elif name == "content-type":
-                content_type = value.strip()
-            elif name == "mcp-session-id":
-                session_id = value.strip()
         if chunked:
             body = self._read_chunked()
         elif length is not None:
@@ -405,6 +421,7 @@ def default_configs(profile: str, sse: bool) -> list[HttpConfig]:
     configs = [
         HttpConfig("direct", ()),
         HttpConfig("relay", (python, str(RELAY), "0", "{upstream}")),
+        HttpConfig("relay-uvloop", (python, str(RELAY), "--uvloop", "0", "{upstream}")),
         HttpConfig("mcpfault", (*proxy, "--upstream", "{upstream}")),
         HttpConfig("mcpfault-spans", (*proxy, "--upstream", "{upstream}", "--spans", "{spans}")),
         HttpConfig(
@@ -645,9 +662,72 @@ def traced_ratio_lines(summaries: list[Summary[HttpConfig]], clients: int) -> li
     ]
 
 
+FLOOR_LATENCY_TARGET = 1.5  # mcpfault added p50 / relay-uvloop added p50, at most (issue 33)
+FLOOR_THROUGHPUT_TARGET = 0.85  # mcpfault-spans-metrics requests/s / relay-uvloop requests/s, at least (issue 33)
+
+
+def floor_ratio_lines(summaries: list[Summary[HttpConfig]], clients: int) -> list[str]:
+    """Against the fast relay (``relay-uvloop``), the floor for a Python HTTP proxy: issue 33's two targets."""
+    by_name = {s.config.name: s for s in summaries}
+    direct, floor = by_name.get("direct"), by_name.get("relay-uvloop")
+    if direct is None or floor is None:
+        return []
+    lines = []
+    floor_added = floor.median("p50_us") - direct.median("p50_us")
+    for name in ("mcpfault", "mcpfault-spans", "mcpfault-spans-metrics"):
+        proxy = by_name.get(name)
+        if proxy is None:
+            continue
+        added = proxy.median("p50_us") - direct.median("p50_us")
+        if floor_added > 0:
+            ratio = added / floor_added
+            verdict = "meets" if ratio <= FLOOR_LATENCY_TARGET else "MISSES"
+            target = f" ({verdict} target <= {FLOOR_LATENCY_TARGET:g})" if name == "mcpfault" else ""
+            lines.append(
+                f"{name} added p50 / relay-uvloop added p50 = {added:.0f} / {floor_added:.0f} us = {ratio:.2f}{target}"
+            )
+        elif name == "mcpfault":
+            lines.append(f"relay-uvloop added p50 is {floor_added:.0f} us (not > 0): latency ratio undefined")
+    for name in ("mcpfault", "mcpfault-spans-metrics"):
+        proxy = by_name.get(name)
+        if proxy is None:
+            continue
+        ratio = proxy.median("rate_per_s") / floor.median("rate_per_s")
+        verdict = "meets" if ratio >= FLOOR_THROUGHPUT_TARGET else "MISSES"
+        target = f" ({verdict} target >= {FLOOR_THROUGHPUT_TARGET:g})" if name == "mcpfault-spans-metrics" else ""
+        lines.append(
+            f"{name} req/s / relay-uvloop req/s with {clients} concurrent clients"
+            f" = {proxy.median('rate_per_s'):,.0f} / {floor.median('rate_per_s'):,.0f} = {ratio:.2f}{target}"
+        )
+    floor_rate = floor.median("rate_per_s") / direct.median("rate_per_s")
+    lines.append(f"relay-uvloop req/s / direct req/s = {floor_rate:.2f}")
+    lines += per_round_floor_lines(by_name)
+    return lines
+
+
+def per_round_floor_lines(by_name: dict[str, Summary[HttpConfig]]) -> list[str]:
+    """The two targets' ratios round by round: each round runs every configuration side by side, so on a busy
+    machine these move less with the machine than the medians of each configuration taken apart."""
+    direct, floor = by_name["direct"], by_name["relay-uvloop"]
+    lines = []
+    proxy = by_name.get("mcpfault")
+    if proxy is not None:
+        ratios = []
+        for d, f, m in zip(direct.rounds, floor.rounds, proxy.rounds, strict=True):
+            added = f.p50_us - d.p50_us
+            ratios.append(f"{(m.p50_us - d.p50_us) / added:.2f}" if added > 0 else "n/a")
+        lines.append("mcpfault added p50 / relay-uvloop added p50, round by round: " + ", ".join(ratios))
+    traced = by_name.get("mcpfault-spans-metrics")
+    if traced is not None:
+        rates = [f"{t.rate_per_s / f.rate_per_s:.2f}" for f, t in zip(floor.rounds, traced.rounds, strict=True)]
+        lines.append("mcpfault-spans-metrics req/s / relay-uvloop req/s, round by round: " + ", ".join(rates))
+    return lines
+
+
 def all_ratios(summaries: list[Summary[HttpConfig]], clients: int) -> list[str]:
     return (
-        ratio_lines(summaries, clients)
+        floor_ratio_lines(summaries, clients)
+        + ratio_lines(summaries, clients)
         + traced_ratio_lines(summaries, clients)
         + ratio_lines(summaries, clients, "-sse")
     )
@@ -675,8 +755,12 @@ def markdown_block(
             "",
             "Generated by `benchmarks/http_overhead.py` (see `benchmarks/README.md`); this block is replaced on every"
             " run, the rest of the file is left alone. The server is `benchmarks/http_echo_server.py` (stdlib"
-            " `ThreadingHTTPServer`, HTTP/1.1 keep-alive, JSON answers); the yardstick is `benchmarks/http_relay.py`"
-            " (stdlib `ThreadingHTTPServer` + `http.client`, copies status, headers and body). Latency is one"
+            " `ThreadingHTTPServer`, HTTP/1.1 keep-alive, JSON answers); the yardsticks are"
+            " `benchmarks/http_relay.py` (`relay`: stdlib `ThreadingHTTPServer` + `http.client`, copies status,"
+            " headers and body) and `http_relay.py --uvloop` (`relay-uvloop`: asyncio streams on uvloop, heads read"
+            " to the blank line, bodies by Content-Length, bytes forwarded, keep-alive: the floor for a Python"
+            " HTTP proxy, against which issue 33 sets the targets: mcpfault's added p50 at most 1.5x the"
+            " relay-uvloop's, and with spans and metrics at least 0.85x its throughput with 8 clients). Latency is one"
             " sequential 2025-11-25 `tools/call` echo round trip in a session on a keep-alive connection, as the"
             " client sees it; `+p50`/`+p99` are added over `direct`. Throughput (`req/s`) is"
             f" {args.clients} concurrent clients, each with its own connection and session, each making"

@@ -1,4 +1,5 @@
-"""The yardstick: the least an HTTP relay can do with the standard library.
+"""The yardsticks: the least an HTTP relay can do with the standard library, and, with ``--uvloop``,
+the fastest minimal relay on the event loop the proxy runs on.
 
 A ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive, one thread per client connection) that forwards
 every request to the upstream with ``http.client`` over that thread's own persistent connection,
@@ -7,13 +8,22 @@ parsing JSON-RPC. The answer's body is read whole and sent with a Content-Length
 in one ``sendall``; TCP_NODELAY on both sides. Whatever mcpfault adds over this is the cost of
 understanding the messages (and of its framework).
 
-Run: ``python benchmarks/http_relay.py PORT http://127.0.0.1:UPORT`` (port 0 picks a free one).
+With ``--uvloop`` (the floor issue 33 measures the proxy against): asyncio streams on uvloop, one
+upstream connection per client connection, opened on its first request; a request's head is read to
+the blank line and its body by Content-Length, and both are written upstream as they came (the Host
+header too); the answer's head likewise, its body by Content-Length (to the end of the connection when
+it has none, which then closes), copied back. No header is parsed beyond the Content-Length, no copy is
+made that forwarding does not need: what is left is the event loop's and the sockets' cost.
+
+Run: ``python benchmarks/http_relay.py [--uvloop] PORT http://127.0.0.1:UPORT`` (port 0 picks a free one).
 It binds 127.0.0.1 only and prints ``listening on http://127.0.0.1:PORT`` on stdout once it accepts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import http.client
 import signal
 import socket
@@ -121,15 +131,92 @@ class RelayServer(ThreadingHTTPServer):
         self.server_name, self.server_port = "127.0.0.1", int(self.server_address[1])
 
 
+# --------------------------------------------------------------------------- --uvloop
+
+
+def _content_length(head: bytes) -> int | None:
+    """The Content-Length of a message head, None without one (the name matched case-insensitively)."""
+    at = head.lower().find(b"\r\ncontent-length:")
+    if at < 0:
+        return None
+    start = at + len(b"\r\ncontent-length:")
+    return int(head[start : head.index(b"\r\n", start)])
+
+
+async def _relay_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream_host: str, upstream_port: int
+) -> None:
+    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the client closed its keep-alive connection
+            length = _content_length(head) or 0
+            if length > MAX_BODY:
+                writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            request = head + await reader.readexactly(length) if length else head
+            if upstream is None:
+                upstream = await asyncio.wait_for(
+                    asyncio.open_connection(upstream_host, upstream_port), UPSTREAM_TIMEOUT_S
+                )
+            up_reader, up_writer = upstream
+            up_writer.write(request)
+            answer = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), UPSTREAM_TIMEOUT_S)
+            answer_length = _content_length(answer)
+            if answer_length is None:
+                # No length: the answer runs to the end of the upstream connection; so does this one.
+                writer.write(answer + await up_reader.read())
+                return
+            writer.write(answer + await up_reader.readexactly(answer_length) if answer_length else answer)
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
+        return  # either side broke off: close both
+    finally:
+        writer.close()
+        if upstream is not None:
+            upstream[1].close()
+
+
+async def _serve_uvloop(port: int, upstream_host: str, upstream_port: int) -> None:
+    server = await asyncio.start_server(
+        lambda r, w: _relay_connection(r, w, upstream_host, upstream_port), "127.0.0.1", port, backlog=1024
+    )
+    bound = server.sockets[0].getsockname()[1]
+    print(f"listening on http://127.0.0.1:{bound}", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def run_uvloop(port: int, upstream: str) -> int:
+    import uvloop  # a dependency of mcpfault (its HTTP proxy runs on it), so installed beside it
+
+    url = urllib.parse.urlsplit(upstream)
+    if url.scheme != "http" or not url.hostname:
+        raise SystemExit(f"upstream {upstream!r}: expected http://HOST:PORT")
+    # asyncio (and uvloop) set TCP_NODELAY on every TCP transport they make, both sides.
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(_serve_uvloop(port, url.hostname, url.port or 80))
+    return 0
+
+
 def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM ends serve_forever like Ctrl-C: a clean exit with status 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="A minimal stdlib HTTP relay on 127.0.0.1.")
+    parser.add_argument(
+        "--uvloop", action="store_true", help="asyncio streams on uvloop instead of the stdlib threaded server"
+    )
     parser.add_argument("port", type=int, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("upstream", help="http://HOST:PORT of the server (request paths are kept as they are)")
     args = parser.parse_args(argv)
+    if args.uvloop:
+        return run_uvloop(args.port, args.upstream)
     server = RelayServer(args.port, args.upstream)
     print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
     signal.signal(signal.SIGTERM, _stop)
