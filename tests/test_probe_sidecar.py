@@ -212,9 +212,10 @@ def test_a_sidecar_that_stops_reading_never_blocks_a_mark_and_is_reported_dead()
         calls = 0
         while not monitor._backlog:  # the pipe (64 KiB here) is full: the next marks wait in the backlog
             assert monitor.begin(f"{calls}:1", tool) and monitor.mark_end(f"{calls}:1")
+            assert monitor.flush_marks()  # as collect does, on the probe's thread
             calls += 1
         assert monitor.alive
-        while monitor.begin(f"{calls}:1", tool):  # until the backlog passes MAX_BACKLOG
+        while monitor.begin(f"{calls}:1", tool) and monitor.flush_marks():  # until past MAX_BACKLOG
             calls += 1
         assert not monitor.alive and not monitor.mark_end("0:1")  # dead: nothing more is sent
         summary, confirmed = monitor.collect("0:1", timeout_s=0.1)

@@ -43,7 +43,8 @@ SCOPE_TIMEOUT_S = 10.0
 BEGIN_TIMEOUT_S = 2.0  # the package's own default
 END_TIMEOUT_S = 5.0
 MAX_AMBIENT = 10_000
-MAX_BACKLOG = 1 << 20  # bytes of control lines the sidecar has not read: past this it is stuck
+MAX_BACKLOG = 16 << 20  # bytes of control lines the sidecar has not read (~150,000 marks): it is stuck
+MAX_QUEUED_MARKS = 10_000  # stamped marks the probe's thread has not written yet: the path writes them
 
 
 class SidecarFailed(MCPFaultError, RuntimeError):
@@ -60,6 +61,7 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
         self._statuses: deque[RuntimeEvent] = deque(maxlen=256)  # ambient statuses already taken
         self._send_lock = threading.Condition()  # stamps and writes in one order; wakes the backlog writer
         self._backlog = bytearray()
+        self._stamped: list[dict[str, Any]] = []  # stamped marks not yet written, in stamp order
         self._last_stamp_ns = 0
         self._stdin_fd = -1
         self._backlog_thread: threading.Thread | None = None
@@ -110,15 +112,31 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
         with self._lock:
             self._end_signals[call_id] = threading.Event()
             self._begin_signals[call_id] = threading.Event()
-        return self._send_safely({"op": "mark", "phase": "begin", "call_id": call_id, "tool": tool})
+        return self._mark({"op": "mark", "phase": "begin", "call_id": call_id, "tool": tool})
 
     def mark_end(self, call_id: str) -> bool:
-        """Send the end mark now (stamped, with a sidecar that reads stamps), without waiting for an answer."""
-        return self._send_safely({"op": "mark", "phase": "end", "call_id": call_id})
+        """The end mark: stamped now and sent by ``flush_marks`` (or sent now, to a sidecar that does not
+        read stamps); never waits for an answer."""
+        return self._mark({"op": "mark", "phase": "end", "call_id": call_id})
+
+    def flush_marks(self) -> bool:
+        """Write the marks stamped so far (``collect`` does, on the probe's thread)."""
+        if not self.alive:
+            return False
+        try:
+            with self._send_lock:
+                self._write_locked(b"")
+        except (OSError, RuntimeError, ValueError) as exc:
+            self._died(exc)
+            return False
+        return True
 
     def collect(self, call_id: str, timeout_s: float = END_TIMEOUT_S) -> tuple[RuntimeSummary, bool]:
         """The call's events once the sidecar's ``end`` status arrived, or what came by the timeout; True
-        when the sidecar answered both marks (its ``begin`` status comes before its ``end``)."""
+        when the sidecar answered both marks (its ``begin`` status comes before its ``end``). The marks
+        still queued, this call's among them, are written first."""
+        if self._stamped:
+            self.flush_marks()
         with self._lock:
             signal = self._end_signals.get(call_id)
         ended = signal is not None and self.alive and signal.wait(timeout_s)
@@ -174,30 +192,58 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
                 raise SidecarFailed(f"the probe sidecar did not answer within {timeout_s:.0f} s")
             time.sleep(0.01)
 
+    def _mark(self, payload: dict[str, Any]) -> bool:
+        """A mark from the request path. Stamped, it only queues: the sidecar needs it by the time it
+        attributes, not before the server acts, so the write (and the sidecar's wake-up) is left to
+        ``flush_marks`` on the probe's thread, one write for the marks of a call or more."""
+        if not self.stamped_marks:
+            return self._send_safely(payload)
+        if not self.alive:
+            return False
+        with self._send_lock:
+            self._stamped.append(self._stamp(payload))
+            if len(self._stamped) < MAX_QUEUED_MARKS:
+                return True
+        return self.flush_marks()  # the probe's thread is far behind: do not let them pile up
+
+    def _stamp(self, payload: dict[str, Any]) -> dict[str, Any]:
+        # Under the send lock: the stamps increase in the order the sidecar reads the lines.
+        now = time.monotonic_ns()
+        self._last_stamp_ns = now if now > self._last_stamp_ns else self._last_stamp_ns + 1
+        return {**payload, "ts_ns": self._last_stamp_ns}
+
     def _send(self, payload: dict[str, Any]) -> None:
-        """The package's send (every control line goes through it), stamped and never blocking."""
+        """The package's send (every control line goes through it), after the marks queued before it."""
         if self._process is None or self._stdin_fd < 0:
             raise RuntimeError("runtime monitor is not started")
         with self._send_lock:
-            if self.stamped_marks and payload.get("op") in ("mark", "scope"):
-                # Stamped and written under one lock: the stamps increase in the order the sidecar reads them.
-                now = time.monotonic_ns()
-                self._last_stamp_ns = now if now > self._last_stamp_ns else self._last_stamp_ns + 1
-                payload = {**payload, "ts_ns": self._last_stamp_ns}
-            line = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
-            if not self._backlog:
-                try:
-                    written = os.write(self._stdin_fd, line)
-                except BlockingIOError:
-                    written = 0
-                line = line[written:]
-            if line:
-                self._backlog += line
-                if len(self._backlog) > MAX_BACKLOG:
-                    waiting = len(self._backlog)
-                    self._backlog.clear()
-                    raise RuntimeError(f"the probe sidecar stopped reading ({waiting} bytes of marks wait)")
-                self._send_lock.notify_all()
+            if self.stamped_marks and payload.get("op") == "scope":
+                payload = self._stamp(payload)
+            self._write_locked(_encode(payload))
+
+    def _write_locked(self, line: bytes) -> None:
+        """Queued marks, then ``line``: written now as far as the pipe takes them, the rest left to the
+        backlog thread. Never blocks."""
+        if self._stdin_fd < 0:
+            raise RuntimeError("the probe sidecar's stdin is closed")
+        if self._stamped:
+            line = b"".join(_encode(mark) for mark in self._stamped) + line
+            self._stamped.clear()
+        if not line:
+            return
+        if not self._backlog:
+            try:
+                written = os.write(self._stdin_fd, line)
+            except BlockingIOError:
+                written = 0
+            line = line[written:]
+        if line:
+            self._backlog += line
+            if len(self._backlog) > MAX_BACKLOG:
+                waiting = len(self._backlog)
+                self._backlog.clear()
+                raise RuntimeError(f"the probe sidecar stopped reading ({waiting} bytes of marks wait)")
+            self._send_lock.notify_all()
 
     def _write_backlog(self) -> None:
         """What the pipe did not take at once, written as the sidecar reads again (off the request path)."""
@@ -248,3 +294,7 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
             if text:
                 self._stderr_tail.append(text[:300])
                 log.info("probe sidecar", message=text[:300])
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
