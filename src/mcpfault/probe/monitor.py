@@ -109,9 +109,8 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
             with self._lock:
                 signal = self._begin_signals.get(call_id)
                 return signal is not None and signal.is_set()
-        with self._lock:
-            self._end_signals[call_id] = threading.Event()
-            self._begin_signals[call_id] = threading.Event()
+        # No signals here (an Event costs more than the mark): collect finds the statuses among the
+        # call's lines, or waits on a signal it registers then.
         return self._mark({"op": "mark", "phase": "begin", "call_id": call_id, "tool": tool})
 
     def mark_end(self, call_id: str) -> bool:
@@ -139,14 +138,18 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
             self.flush_marks()
         with self._lock:
             signal = self._end_signals.get(call_id)
+            if signal is None and self.stamped_marks:
+                signal = self._end_signals[call_id] = threading.Event()
+                if _has_status(self._events_by_call.get(call_id, ()), "end"):
+                    signal.set()  # came before the signal was there: the reader sets only what it finds
         ended = signal is not None and self.alive and signal.wait(timeout_s)
         with self._lock:
             self._end_signals.pop(call_id, None)
             began = self._begin_signals.pop(call_id, None)
             events = tuple(self._events_by_call.pop(call_id, []))
             truncated = any(e.type == "drop" for e in events) or self._dropped > 0
-        confirmed = bool(ended) and began is not None and began.is_set()
-        return RuntimeSummary(call_id=call_id, events=events, truncated=truncated), confirmed
+        began_ok = began.is_set() if began is not None else _has_status(events, "begin")
+        return RuntimeSummary(call_id=call_id, events=events, truncated=truncated), bool(ended) and began_ok
 
     def take_ambient(self) -> list[RuntimeEvent]:
         """Ambient events since the last take (the package keeps them all, for ever)."""
@@ -298,3 +301,7 @@ class ProbeMonitor(SidecarRuntimeMonitor):  # type: ignore[misc]
 
 def _encode(payload: dict[str, Any]) -> bytes:
     return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+
+
+def _has_status(events: Any, message: str) -> bool:
+    return any(e.type == "status" and e.data.get("message") == message for e in events)

@@ -9,12 +9,13 @@ the trigger's mark plus the entry's ``offset_ns`` for the fake.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -33,6 +34,7 @@ class Output:
         self._stream = stream
         self.lock = threading.RLock()  # also held by backends around attribute-then-write
         self.closed = threading.Event()
+        self._batching = 0
 
     def write(self, line: dict[str, Any]) -> None:
         with self.lock:
@@ -40,9 +42,26 @@ class Output:
                 return
             try:
                 self._stream.write(protocol.encode(line))
-                self._stream.flush()
+                if not self._batching:
+                    self._stream.flush()
             except (BrokenPipeError, ValueError, OSError):
                 self.closed.set()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Lines written inside leave in one write at the end (one wake-up of the reader, not one a line)."""
+        with self.lock:
+            self._batching += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._batching -= 1
+                if not self._batching and not self.closed.is_set():
+                    try:
+                        self._stream.flush()
+                    except (BrokenPipeError, ValueError, OSError):
+                        self.closed.set()
 
     def events(self, windows: CallWindows, released: list[dict[str, Any]]) -> None:
         """Events the windows let go, and a drop line for any they had to let go unattributed."""
@@ -106,14 +125,15 @@ def run(backend: Backend, stdin: TextIO, stdout: TextIO, clock_ns: Callable[[], 
             if control.op == "shutdown":
                 break
             at_ns = control.ts_ns if control.ts_ns is not None else clock_ns()
-            if control.op == "scope":
-                backend.scope(control, at_ns)
-            elif control.phase == "begin" and control.call_id is not None:
-                backend.begin(control.call_id, control.tool, at_ns)
-            elif control.phase == "end":
-                backend.end(control.call_id, at_ns)
-            else:
-                out.write(protocol.status("unknown_phase", protocol.BUCKET_AMBIENT, phase=control.phase))
+            with out.batch():
+                if control.op == "scope":
+                    backend.scope(control, at_ns)
+                elif control.phase == "begin" and control.call_id is not None:
+                    backend.begin(control.call_id, control.tool, at_ns)
+                elif control.phase == "end":
+                    backend.end(control.call_id, at_ns)
+                else:
+                    out.write(protocol.status("unknown_phase", protocol.BUCKET_AMBIENT, phase=control.phase))
             if out.closed.is_set():
                 break
     finally:
