@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -114,33 +115,58 @@ def run(backend: Backend, stdin: TextIO, stdout: TextIO, clock_ns: Callable[[], 
         after_start = getattr(backend, "after_ready", None)
         if after_start is not None:
             after_start()
-        for line in stdin:
-            if not line.strip():
-                continue
-            try:
-                control = protocol.parse_control(line)
-            except ControlLineError as exc:
-                out.write(protocol.status("parse_error", protocol.BUCKET_AMBIENT, error=str(exc)))
-                continue
-            if control.op == "shutdown":
-                break
-            at_ns = control.ts_ns if control.ts_ns is not None else clock_ns()
-            with out.batch():
-                if control.op == "scope":
-                    backend.scope(control, at_ns)
-                elif control.phase == "begin" and control.call_id is not None:
-                    backend.begin(control.call_id, control.tool, at_ns)
-                elif control.phase == "end":
-                    backend.end(control.call_id, at_ns)
-                else:
-                    out.write(protocol.status("unknown_phase", protocol.BUCKET_AMBIENT, phase=control.phase))
-            if out.closed.is_set():
-                break
+        for lines in _line_batches(stdin):
+            with out.batch():  # the marks of one read (a call's begin and end, often) answered in one write
+                if not _handle(backend, out, lines, clock_ns):
+                    break
     finally:
         with out.lock:  # no mark comes any more: what still waits is attributed by the windows known
             out.events(windows, windows.finish())
         backend.stop()
     return 0
+
+
+def _handle(backend: Backend, out: Output, lines: list[str], clock_ns: Callable[[], int]) -> bool:
+    """Act on control lines; False at ``shutdown`` or when the reader has gone."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            control = protocol.parse_control(line)
+        except ControlLineError as exc:
+            out.write(protocol.status("parse_error", protocol.BUCKET_AMBIENT, error=str(exc)))
+            continue
+        if control.op == "shutdown":
+            return False
+        at_ns = control.ts_ns if control.ts_ns is not None else clock_ns()
+        if control.op == "scope":
+            backend.scope(control, at_ns)
+        elif control.phase == "begin" and control.call_id is not None:
+            backend.begin(control.call_id, control.tool, at_ns)
+        elif control.phase == "end":
+            backend.end(control.call_id, at_ns)
+        else:
+            out.write(protocol.status("unknown_phase", protocol.BUCKET_AMBIENT, phase=control.phase))
+        if out.closed.is_set():
+            return False
+    return True
+
+
+def _line_batches(stdin: TextIO) -> Iterator[list[str]]:
+    """The complete lines of each read from stdin (one line at a time when it is not a file descriptor)."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        for line in stdin:
+            yield [line]
+        return
+    rest = b""
+    while chunk := os.read(fd, 65536):
+        *complete, rest = (rest + chunk).split(b"\n")
+        if complete:
+            yield [line.decode("utf-8", "replace") for line in complete]
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
 
 
 # -- the fake backend ---------------------------------------------------------------------------
