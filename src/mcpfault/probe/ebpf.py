@@ -444,15 +444,24 @@ class EbpfBackend:
             os.getpgid(-seq - 1)  # -1 is the attach probe's; getpgid of a negative pid fails harmlessly
 
     def _close_later(self) -> None:
-        while (call_id := self._closing.get()) is not None:
+        stopping = False
+        while not stopping and (call_id := self._closing.get()) is not None:
+            call_ids = [call_id]  # every end already queued shares one sync: one round of CPUs, not one a call
+            while not self._closing.empty():
+                more = self._closing.get_nowait()
+                if more is None:
+                    stopping = True
+                    break
+                call_ids.append(more)
             synced = threading.Event()
             self._sync(synced.set, every_cpu=True)
             if not synced.wait(SYNC_TIMEOUT_S):
-                log.warning("a CPU's sync line did not come back; closing the call window anyway", call_id=call_id)
-            with self._out.lock:
+                log.warning("a CPU's sync line did not come back; closing the call windows anyway", call_ids=call_ids)
+            with self._out.lock, self._out.batch():
                 self._flush_pending()
-                self._windows.close(call_id)
-                self._out.write(protocol.status("end", protocol.BUCKET_CALL, call_id))
+                for ended in call_ids:
+                    self._windows.close(ended)
+                    self._out.write(protocol.status("end", protocol.BUCKET_CALL, ended))
 
     # -- bpftrace's output -----------------------------------------------------------------------
 

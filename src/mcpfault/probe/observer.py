@@ -72,6 +72,8 @@ MAX_SPAN_EVENTS = 32  # per kind and span; the count attributes carry the full n
 MAX_DETAIL = 200
 ANNOTATE_WAIT_S = 8.0  # the span writer waits this long at most for a call's side effects
 MAX_REMEMBERED_LOSSES = 1024
+LINGER_S = 0.001  # the probe's thread waits this long for more ended calls to collect with one
+MAX_BATCH = 64
 _WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND")
 
 
@@ -283,14 +285,30 @@ class ProbeObserver:
     # -- the probe's thread --------------------------------------------------------------------
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            window, outcome, report = item
-            try:
-                self._report(window, outcome, report)
-            except Exception:  # a bug of ours must not stop every later report
-                log.exception("reporting a call's side effects failed", call_id=window.call_id)
-            finally:
-                report.done.set()
+        stopping = False
+        while not stopping and (item := self._queue.get()) is not None:
+            batch = [item]
+            # Calls that end within LINGER_S of each other are collected together: their marks leave in
+            # one write and the sidecar answers them in one, so the proxy's threads and the sidecar wake
+            # once for several calls instead of competing with each call's successor.
+            deadline = time.monotonic() + LINGER_S
+            while len(batch) < MAX_BATCH and (left := deadline - time.monotonic()) > 0:
+                try:
+                    more = self._queue.get(timeout=left)
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._monitor.flush_marks()
+            for window, outcome, report in batch:
+                try:
+                    self._report(window, outcome, report)
+                except Exception:  # a bug of ours must not stop every later report
+                    log.exception("reporting a call's side effects failed", call_id=window.call_id)
+                finally:
+                    report.done.set()
 
     def _report(self, window: _Window, outcome: Finished, report: CallReport) -> None:
         summary, confirmed = self._monitor.collect(window.call_id)
