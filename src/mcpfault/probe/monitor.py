@@ -1,23 +1,24 @@
 """mcpfz_probe's ``SidecarRuntimeMonitor``, wrapped for a proxy's request path.
 
 The package's monitor is thread-based and blocking: ``begin_call`` waits for the sidecar's ``begin``
-status (0.2-0.7 ms a call, measured, so that the window is open before the request reaches the
-server), and ``end_call`` sends the end mark and then waits for the ``end`` status (0.5-1 ms with
-eBPF, up to its timeout when the sidecar is stuck). A proxy cannot wait there: the client's answer
-would wait with it. So with a sidecar whose ``ready`` status says it reads the marks' stamps
-(``mark_clock``, ours), the wrapper waits for neither: ``begin`` and ``mark_end`` stamp the mark with
-CLOCK_MONOTONIC, the clock the kernel's events carry, and write it without waiting for an answer, and
-the sidecar attributes each event by those stamps, however late it reads the mark. ``collect`` (on the
-probe's own thread) waits for the ``end`` status, using the monitor's own reader, buckets and end
-signals (pinned: mcpfz-probe 0.1.3); the window counts as confirmed when both statuses came. With
-any other sidecar (``MCPFZ_PROBE_BIN``, which may attribute by the time it reads a mark) ``begin``
-still waits for the ``begin`` status, as the package does.
+status (so that the window is open before the request reaches the server; 0.2-0.7 ms a call when
+the proxy did the same), and ``end_call`` sends the end mark and then waits for the ``end`` status
+(0.5-1 ms with eBPF, up to its timeout when the sidecar is stuck). A proxy cannot wait there: the
+client's answer would wait with it. With a sidecar whose ``ready`` status says it reads the marks'
+stamps (``"mark_clock": "CLOCK_MONOTONIC"``, ours), the wrapper waits for neither. ``begin`` and
+``mark_end`` stamp the mark with CLOCK_MONOTONIC, the clock the kernel's events carry, and only queue
+it: the sidecar attributes each event by the stamps, however late it reads them. ``collect``, on the
+probe's own thread, writes the queued marks (one write for a call's two, or for several calls) and
+waits for the ``end`` status, using the monitor's own reader, buckets and end signals (pinned:
+mcpfz-probe 0.1.3); the window counts as confirmed when the call's ``begin`` and ``end`` statuses both
+came. With any other sidecar (``MCPFZ_PROBE_BIN``, which may attribute by the time it reads a mark)
+``begin`` still sends at once and waits for the ``begin`` status, as the package does.
 
-Writes never block the request path: the sidecar's stdin is non-blocking, and what the pipe does not
-take at once goes to a backlog a thread of ours writes when the sidecar reads again; a sidecar that
-falls ``MAX_BACKLOG`` bytes behind, or is gone, is reported dead (side effects unknown from then on)
-instead of raising on the path. The wrapper also drains the sidecar's stderr (the monitor pipes it and
-never reads it: a chatty sidecar would block) and keeps ambient events bounded.
+Writes never block: the sidecar's stdin is non-blocking, and what the pipe does not take at once
+goes to a backlog a thread of ours writes when the sidecar reads again; a sidecar that falls
+``MAX_BACKLOG`` bytes behind, or is gone, is reported dead (side effects unknown from then on)
+instead of raising. The wrapper also drains the sidecar's stderr (the monitor pipes it and never
+reads it: a chatty sidecar would block) and keeps ambient events bounded.
 """
 
 from __future__ import annotations
