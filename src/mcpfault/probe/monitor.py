@@ -7,7 +7,8 @@ the proxy did the same), and ``end_call`` sends the end mark and then waits for 
 client's answer would wait with it. With a sidecar whose ``ready`` status says it reads the marks'
 stamps (``"mark_clock": "CLOCK_MONOTONIC"``, ours), the wrapper waits for neither. ``begin`` and
 ``mark_end`` stamp the mark with CLOCK_MONOTONIC, the clock the kernel's events carry, and only queue
-it: the sidecar attributes each event by the stamps, however late it reads them. ``collect``, on the
+it (past ``MAX_QUEUED_MARKS`` the path writes them itself, still without blocking): the sidecar
+attributes each event by the stamps, however late it reads them. ``collect``, on the
 probe's own thread, writes the queued marks (one write for a call's two, or for several calls) and
 waits for the ``end`` status, using the monitor's own reader, buckets and end signals (pinned:
 mcpfz-probe 0.1.3); the window counts as confirmed when the call's ``begin`` and ``end`` statuses both

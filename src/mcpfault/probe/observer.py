@@ -6,9 +6,9 @@ mark carries its moment on CLOCK_MONOTONIC, the clock of the kernel's events, an
 attributes events by it, so a slow or dead sidecar never holds a call (monitor.py; a sidecar that
 does not read stamps still gets a waiting begin). The probe's own thread then collects the window's
 events (calls that end within ``LINGER_S`` of each other together, so the sidecar and the proxy's
-threads wake once for them rather than competing with each next call), runs mcpfz_probe's policy over them and reports: span events and attributes (through
-``annotate``, on the span writer's thread), a record in the events file, Prometheus counters, and the
-per-tool table at exit.
+threads wake once for them rather than competing with each next call), runs mcpfz_probe's policy
+over them and reports: span events and attributes (through ``annotate``, on the span writer's
+thread), a record in the events file, Prometheus counters, and the per-tool table at exit.
 
 The call id is the proxy's request key, made unique across sessions and reused ids:
 ``"<n>:<JSON-RPC id>"``, n counting the proxy's tool calls from 1.
