@@ -1,14 +1,15 @@
 """The proxy's side of the probe: a request observer that marks each tools/call window and says what happened.
 
-A begin mark goes to the sidecar when a tools/call is about to go upstream (``started``), an end
-mark when its answer arrives or it is given up (``finished``). Neither waits for the sidecar: each
-mark carries its moment on CLOCK_MONOTONIC, the clock of the kernel's events, and the sidecar
-attributes events by it, so a slow or dead sidecar never holds a call (monitor.py; a sidecar that
-does not read stamps still gets a waiting begin). The probe's own thread then collects the window's
-events (calls that end within ``LINGER_S`` of each other together, so the sidecar and the proxy's
-threads wake once for them rather than competing with each next call), runs mcpfz_probe's policy
-over them and reports: span events and attributes (through ``annotate``, on the span writer's
-thread), a record in the events file, Prometheus counters, and the per-tool table at exit.
+A begin mark is stamped when a tools/call is about to go upstream (``started``), an end mark when
+its answer arrives or it is given up (``finished``); the probe's thread writes them to the sidecar.
+Neither waits for the sidecar: each mark carries its moment on CLOCK_MONOTONIC, the clock of the
+kernel's events, and the sidecar attributes events by it, so a slow or dead sidecar never holds a
+call (monitor.py; a sidecar that does not read stamps still gets a waiting begin). The probe's own
+thread then collects the window's events (calls that end within ``LINGER_S`` of each other
+together, so the sidecar and the proxy's threads wake once for them rather than competing with each
+next call), runs mcpfz_probe's policy over them and reports: span events and attributes (through
+``annotate``, on the span writer's thread), a record in the events file, Prometheus counters, and the
+per-tool table at exit.
 
 The call id is the proxy's request key, made unique across sessions and reused ids:
 ``"<n>:<JSON-RPC id>"``, n counting the proxy's tool calls from 1.
