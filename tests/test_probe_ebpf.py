@@ -210,3 +210,48 @@ def test_bpftrace_ends_when_the_sidecar_ends(how: str) -> None:
             break
         assert time.monotonic() < deadline, "bpftrace outlived its sidecar by 20 s"
         time.sleep(0.1)
+
+
+def test_stamped_marks_put_kernel_events_on_the_right_side_of_a_window(tmp_path: Path) -> None:
+    """The proxy's marks are stamped with time.monotonic_ns() and not waited for; the kernel stamps
+    events with bpftrace's nsecs. An exec just before a begin is not the call's, one inside it is."""
+    from mcpfault.probe.monitor import ProbeMonitor
+
+    monitor = ProbeMonitor(SIDECAR)
+    actor = None
+    try:
+        assert monitor.start_and_wait()["mark_clock"] == "CLOCK_MONOTONIC" and monitor.stamped_marks
+        actor = subprocess.Popen(
+            [sys.executable, "-c", ACTOR, str(tmp_path), "9"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            process_group=0,
+        )
+        assert actor.stdin is not None and actor.stdout is not None
+        actor.stdin.write("ready\n")
+        actor.stdin.flush()
+        assert actor.stdout.readline() == "done\n"
+        assert monitor.scope(actor.pid, 1)
+
+        def shell() -> None:
+            assert actor is not None and actor.stdin is not None and actor.stdout is not None
+            actor.stdin.write("shell\n")
+            actor.stdin.flush()
+            assert actor.stdout.readline() == "done\n"
+
+        shell()  # done (its exec is stamped) before the begin below is stamped
+        assert monitor.begin("quiet", "shell") and monitor.mark_end("quiet")
+        quiet, quiet_confirmed = monitor.collect("quiet")
+        assert monitor.begin("busy", "shell")
+        shell()
+        assert monitor.mark_end("busy")
+        busy, busy_confirmed = monitor.collect("busy")
+    finally:
+        if actor is not None:
+            actor.communicate(timeout=10)
+        monitor.close()
+    assert quiet_confirmed and busy_confirmed
+    assert [e.type for e in quiet.events if e.type != "status"] == []
+    assert any(e.type == "exec" and e.data["argv"] == ["/bin/sh", "-c", "true"] for e in busy.events)
+    assert all(e.call_id == "busy" and e.bucket == "call" for e in busy.events)

@@ -145,3 +145,80 @@ def test_a_bad_events_file_is_one_clear_line_and_exit_2(tmp_path: Path, content:
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr
+
+
+def test_a_mark_read_after_an_event_stamped_in_its_window_still_gets_the_event(tmp_path: Path) -> None:
+    """Marks carry their moment (ts_ns); the sidecar holds an event until no earlier mark can come."""
+    script = [  # the first three fire when a's begin is read, stamped relative to it (t + 1_000)
+        {"trigger": "begin", "tool": "a", "offset_ns": 500, "event": {"type": "exec", "argv": ["/in/b"]}},
+        {"trigger": "begin", "tool": "a", "offset_ns": -1, "event": {"type": "exec", "argv": ["/before/a"]}},
+        {"trigger": "begin", "tool": "a", "offset_ns": 0, "event": {"type": "exec", "argv": ["/at/a/begin"]}},
+        {"trigger": "end", "tool": "b", "offset_ns": 0, "event": {"type": "exec", "argv": ["/at/b/end"]}},
+        {"trigger": "end", "tool": "b", "offset_ns": 1, "event": {"type": "exec", "argv": ["/after/b"]}},
+    ]
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps(script))
+    t = time.monotonic_ns()
+    lines = run_sidecar(
+        events,
+        [
+            {"op": "scope", "pgid": 7, "generation": 1, "ts_ns": t},
+            {"op": "mark", "phase": "begin", "call_id": "a", "tool": "a", "ts_ns": t + 1_000},
+            {"op": "mark", "phase": "end", "call_id": "a", "ts_ns": t + 1_100},
+            {"op": "mark", "phase": "begin", "call_id": "b", "tool": "b", "ts_ns": t + 1_200},  # after /in/b came
+            {"op": "mark", "phase": "end", "call_id": "b", "ts_ns": t + 2_000},
+            {"op": "shutdown"},
+        ],
+    )
+    order = [line.get("argv", [line.get("message")])[0] + "@" + str(line.get("call_id")) for line in lines]
+    placed = {line["argv"][0]: (line["bucket"], line.get("call_id")) for line in lines if line["type"] == "exec"}
+    assert placed == {
+        "/before/a": ("startup", None),  # 1 ns before a's begin, the scope's first mark
+        "/at/a/begin": ("call", "a"),
+        "/in/b": ("call", "b"),  # read before b's begin mark, stamped inside b's window
+        "/at/b/end": ("call", "b"),
+        "/after/b": ("ambient", None),  # 1 ns after b's end: let go at shutdown, in no window
+    }
+    assert order.index("/in/b@b") < order.index("end@b")  # mcpfz_probe's reader files it before b's end
+    ready = lines[0]
+    assert ready["message"] == "ready" and ready["mark_clock"] == "CLOCK_MONOTONIC"
+    wall = time.time_ns() - time.monotonic_ns()
+    stamp = next(line["ts_ns"] for line in lines if line.get("argv") == ["/in/b"])
+    assert abs(stamp - (t + 1_500 + wall)) < 1_000_000_000  # ts_ns out is wall-clock, as eBPF's
+
+
+def test_an_offset_on_a_startup_entry_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('[{"trigger": "startup", "offset_ns": 5, "event": {"type": "exec"}}]')
+    done = subprocess.run(sidecar_command(path), input="", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "'offset_ns' is for begin and end entries" in done.stderr
+
+
+STUCK_SIDECAR = """
+import json, sys, time
+print(json.dumps({"type": "status", "message": "ready", "bucket": "startup", "mark_clock": "CLOCK_MONOTONIC"}), flush=True)
+time.sleep(120)  # never reads a mark
+"""
+
+
+def test_a_sidecar_that_stops_reading_never_blocks_a_mark_and_is_reported_dead() -> None:
+    from mcpfault.probe import monitor as probe_monitor
+
+    monitor = probe_monitor.ProbeMonitor([sys.executable, "-c", STUCK_SIDECAR])
+    try:
+        assert monitor.start_and_wait(timeout_s=60)["mark_clock"] == "CLOCK_MONOTONIC"
+        assert monitor.stamped_marks
+        tool = "t" * 1_000
+        calls = 0
+        while not monitor._backlog:  # the pipe (64 KiB here) is full: the next marks wait in the backlog
+            assert monitor.begin(f"{calls}:1", tool) and monitor.mark_end(f"{calls}:1")
+            assert monitor.flush_marks()  # as collect does, on the probe's thread
+            calls += 1
+        assert monitor.alive
+        while monitor.begin(f"{calls}:1", tool) and monitor.flush_marks():  # until past MAX_BACKLOG
+            calls += 1
+        assert not monitor.alive and not monitor.mark_end("0:1")  # dead: nothing more is sent
+        summary, confirmed = monitor.collect("0:1", timeout_s=0.1)
+        assert not confirmed and summary.events == ()
+    finally:
+        monitor.close()

@@ -116,18 +116,96 @@ def test_every_probe_is_on_a_syscall_the_kernel_has() -> None:
 
 def test_windows_attribute_by_time_and_overlaps_are_ambiguous() -> None:
     windows = CallWindows()
-    windows.scope(1)
+    windows.scope(1, 1)
     assert windows.attribute({}, 5)["bucket"] == "startup"
     windows.begin("a", "t", 10)
     windows.begin("b", "t", 20)
     assert windows.attribute({}, 15) == {"bucket": "call", "call_id": "a"}
     assert windows.attribute({}, 25) == {"bucket": "ambient", "ambiguous": True, "candidates": ["a", "b"]}
-    windows.end("a", 30)
+    assert windows.end("a", 30) == ("a", [])
     assert windows.attribute({}, 29)["candidates"] == ["a", "b"]  # read late, happened while both were open
     assert windows.attribute({}, 31) == {"bucket": "call", "call_id": "b"}
     windows.close("a")
     windows.close("b")
     assert windows.attribute({}, 40) == {"bucket": "ambient"}
+    assert windows.attribute({}, 5)["bucket"] == "startup"  # still: before the first mark of that scope
+
+
+def edges(begin: int, end: int) -> tuple[CallWindows, list[dict[str, Any]]]:
+    """Events 1 ns either side of a window's two ends and right on them, all read before any mark."""
+    windows = CallWindows()
+    assert windows.scope(1, begin - 100) == []
+    held = []
+    for name, at in (("before", begin - 1), ("at_begin", begin), ("at_end", end), ("after", end + 1)):
+        held += windows.event({"name": name}, at)
+    assert held == []  # later than every control line read so far: a mark before them may still come
+    released = windows.begin("c", "t", begin)
+    released += windows.end("c", end)[1]
+    return windows, released
+
+
+def test_an_event_at_the_begin_is_the_calls_and_one_a_nanosecond_before_is_not() -> None:
+    windows, released = edges(1_000, 2_000)
+    by_name = {event.pop("name"): event for event in released}
+    assert by_name["before"] == {"bucket": "startup"}  # after the scope, before its first mark
+    assert by_name["at_begin"] == {"bucket": "call", "call_id": "c"}
+    assert by_name["at_end"] == {"bucket": "call", "call_id": "c"}
+    assert "after" not in by_name  # still waiting: a mark stamped before it could come
+    windows.close("c")
+    (after,) = windows.begin("d", "t", 3_000)
+    assert after == {"name": "after", "bucket": "ambient"}  # 1 ns after c's end, before d's begin
+
+
+def test_an_event_a_nanosecond_before_a_later_calls_begin_is_ambient_not_startup() -> None:
+    windows = CallWindows()
+    windows.scope(1, 10)
+    windows.begin("a", "t", 100)
+    windows.end("a", 200)
+    windows.close("a")
+    assert windows.event({}, 999) == []
+    assert windows.begin("b", "t", 1_000) == [{"bucket": "ambient"}]
+    assert windows.event({}, 1_000) == [{"bucket": "call", "call_id": "b"}]  # not later than the last mark
+
+
+def test_events_are_let_go_oldest_first_when_the_mark_after_them_comes() -> None:
+    windows = CallWindows()
+    windows.scope(1, 10)
+    windows.begin("a", "t", 100)
+    for at in (300, 150, 250):  # bpftrace's per-CPU buffers are read in no global order
+        assert windows.event({"at": at}, at) == []
+    assert [e["at"] for e in windows.end("a", 260)[1]] == [150, 250]
+    assert windows.finish() == [{"at": 300, "bucket": "ambient"}]
+    assert windows.event({}, 10_000) == [{"bucket": "ambient"}]  # finished: nothing waits any more
+
+
+def test_a_mark_stamped_before_the_previous_line_is_taken_just_after_it() -> None:
+    windows = CallWindows()
+    windows.scope(1, 500)
+    windows.begin("a", "t", 400)  # stamped out of order: its window opens 1 ns after the scope
+    assert windows.watermark == 501
+    assert windows.attribute({}, 500) == {"bucket": "startup"}
+    assert windows.attribute({}, 501) == {"bucket": "call", "call_id": "a"}
+
+
+def test_too_many_held_events_drop_the_oldest_and_count_it() -> None:
+    windows = CallWindows(max_held=2)
+    windows.scope(1, 10)
+    for at in (20, 30, 40):
+        windows.event({"at": at}, at)
+    assert windows.take_dropped() == 1 and windows.take_dropped() == 0
+    assert [e["at"] for e in windows.finish()] == [30, 40]
+
+
+def test_a_control_lines_stamp_is_read_and_a_bad_one_refused() -> None:
+    from mcpfault.probe.protocol import ControlLineError, parse_control
+
+    mark = parse_control('{"op":"mark","phase":"begin","call_id":"1:1","tool":"t","ts_ns":123}')
+    assert (mark.call_id, mark.ts_ns) == ("1:1", 123)
+    assert parse_control('{"op":"scope","pgid":4,"generation":2,"ts_ns":9}').ts_ns == 9
+    assert parse_control('{"op":"mark","phase":"end","call_id":"x"}').ts_ns is None
+    for bad in ('"12"', "-1", "true", "1.5"):
+        with pytest.raises(ControlLineError, match="ts_ns must be a non-negative integer"):
+            parse_control('{"op":"mark","phase":"end","call_id":"x","ts_ns":' + bad + "}")
 
 
 def test_a_profiles_probe_table_is_the_policy_and_the_profile_still_loads(tmp_path: Path) -> None:

@@ -7,10 +7,12 @@ makes syscalls the program watches for its own pid only (``getsid(-n)`` starts s
 ``getsid(pid)`` adds a process to it, ``getpgid(-n)`` asks for sync line ``n``), and the kernel answers in
 the same ordered output as the events.
 
-Events carry the kernel's monotonic ``nsecs``; the call windows are on the same clock, so an event
-read late still lands in the window it happened in. An end mark closes its window once a sync line
-has come back from every CPU: bpftrace's output is one buffer per CPU, each in order, so a CPU's
-sync line read means all that CPU did before the end mark has been read too.
+Events carry the kernel's ``nsecs`` (``bpf_ktime_get_ns()``: CLOCK_MONOTONIC); the call windows are
+on the same clock, from the proxy's stamps on its marks (or the time a mark without one was read), so
+an event read late still lands in the window it happened in, and one read before its mark waits for
+it (protocol.CallWindows). An end mark closes its window once a sync line has come back from every
+CPU: bpftrace's output is one buffer per CPU, each in order, so a CPU's sync line read means all that
+CPU did before the end mark has been read too.
 
 bpftrace's stack allows one 200-byte string per probe, so a syscall with several strings (exec's
 argv, rename's two names) is several probes on one tracepoint, printing parts the reader joins by
@@ -369,10 +371,10 @@ class EbpfBackend:
             self._syscall_sync(0)
         return {"grace_ms": 0, "strlen": STRLEN, "tracer": "bpftrace", "cpus": len(self._cpus)}
 
-    def scope(self, control: ControlLine) -> None:
+    def scope(self, control: ControlLine, at_ns: int) -> None:
         members = _group_members(control.pgid)
         with self._out.lock:
-            self._windows.scope(control.generation)
+            self._out.events(self._windows, self._windows.scope(control.generation, at_ns))
         self._scopes += 1
         with contextlib.suppress(OSError):
             os.getsid(-self._scopes)  # the kernel program starts a new scope: the old tree is out
@@ -393,14 +395,16 @@ class EbpfBackend:
 
         self._sync(scoped)
 
-    def begin(self, call_id: str, tool: str | None) -> None:
+    def begin(self, call_id: str, tool: str | None, at_ns: int) -> None:
         with self._out.lock:
-            self._windows.begin(call_id, tool, time.monotonic_ns())
+            released = self._windows.begin(call_id, tool, at_ns)
             self._out.write(protocol.status("begin", protocol.BUCKET_CALL, call_id))
+            self._out.events(self._windows, released)
 
-    def end(self, call_id: str | None) -> None:
+    def end(self, call_id: str | None, at_ns: int) -> None:
         with self._out.lock:
-            ended = self._windows.end(call_id, time.monotonic_ns())
+            ended, released = self._windows.end(call_id, at_ns)
+            self._out.events(self._windows, released)
         if ended is None:  # no such window: nothing can still arrive for it
             self._out.write(protocol.status("end", protocol.BUCKET_CALL, call_id))
             return
@@ -440,15 +444,24 @@ class EbpfBackend:
             os.getpgid(-seq - 1)  # -1 is the attach probe's; getpgid of a negative pid fails harmlessly
 
     def _close_later(self) -> None:
-        while (call_id := self._closing.get()) is not None:
+        stopping = False
+        while not stopping and (call_id := self._closing.get()) is not None:
+            call_ids = [call_id]  # every end already queued shares one sync: one round of CPUs, not one a call
+            while not self._closing.empty():
+                more = self._closing.get_nowait()
+                if more is None:
+                    stopping = True
+                    break
+                call_ids.append(more)
             synced = threading.Event()
             self._sync(synced.set, every_cpu=True)
             if not synced.wait(SYNC_TIMEOUT_S):
-                log.warning("a CPU's sync line did not come back; closing the call window anyway", call_id=call_id)
-            with self._out.lock:
+                log.warning("a CPU's sync line did not come back; closing the call windows anyway", call_ids=call_ids)
+            with self._out.lock, self._out.batch():
                 self._flush_pending()
-                self._windows.close(call_id)
-                self._out.write(protocol.status("end", protocol.BUCKET_CALL, call_id))
+                for ended in call_ids:
+                    self._windows.close(ended)
+                    self._out.write(protocol.status("end", protocol.BUCKET_CALL, ended))
 
     # -- bpftrace's output -----------------------------------------------------------------------
 
@@ -499,16 +512,15 @@ class EbpfBackend:
             self._emit(self._pending.pop(tid))
 
     def _emit(self, pending: _Pending) -> None:
-        """Under the output lock: attribute by the kernel's time, then write."""
+        """Under the output lock: attribute by the kernel's time (or hold until a later mark), then write."""
         expected = {"X": 5, "R": 4, "S": 4, "K": 4}.get(pending.kind)
         while expected is not None and len(pending.fields) < expected:
             pending.fields.append("")
         event = to_event(pending.kind, pending.pid, pending.fields)
         if event is None:
             return
-        self._windows.attribute(event, pending.at_ns)
         event["ts_ns"] = pending.at_ns + self._clock_offset_ns
-        self._out.write(event)
+        self._out.events(self._windows, self._windows.event(event, pending.at_ns))
 
     def _read_errors(self) -> None:
         assert self._process is not None and self._process.stderr is not None

@@ -1,11 +1,15 @@
 """The proxy's side of the probe: a request observer that marks each tools/call window and says what happened.
 
-A begin mark goes to the sidecar when a tools/call is about to go upstream (``started``, which waits
-for the sidecar's confirmation so the window is open before the server sees the request), an end
-mark when its answer arrives or it is given up (``finished``, which does not wait). The probe's own
-thread then collects the window's events, runs mcpfz_probe's policy over them and reports: span
-events and attributes (through ``annotate``, on the span writer's thread), a record in the events
-file, Prometheus counters, and the per-tool table at exit.
+A begin mark is stamped when a tools/call is about to go upstream (``started``), an end mark when
+its answer arrives or it is given up (``finished``); the probe's thread writes them to the sidecar.
+Neither waits for the sidecar: each mark carries its moment on CLOCK_MONOTONIC, the clock of the
+kernel's events, and the sidecar attributes events by it, so a slow or dead sidecar never holds a
+call (monitor.py; a sidecar that does not read stamps still gets a waiting begin). The probe's own
+thread then collects the window's events (calls that end within ``LINGER_S`` of each other
+together, so the sidecar and the proxy's threads wake once for them rather than competing with each
+next call), runs mcpfz_probe's policy over them and reports: span events and attributes (through
+``annotate``, on the span writer's thread), a record in the events file, Prometheus counters, and the
+per-tool table at exit.
 
 The call id is the proxy's request key, made unique across sessions and reused ids:
 ``"<n>:<JSON-RPC id>"``, n counting the proxy's tool calls from 1.
@@ -70,6 +74,8 @@ MAX_SPAN_EVENTS = 32  # per kind and span; the count attributes carry the full n
 MAX_DETAIL = 200
 ANNOTATE_WAIT_S = 8.0  # the span writer waits this long at most for a call's side effects
 MAX_REMEMBERED_LOSSES = 1024
+LINGER_S = 0.001  # the probe's thread waits this long for more ended calls to collect with one
+MAX_BATCH = 64
 _WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND")
 
 
@@ -111,7 +117,7 @@ class _Window:
     tool: str
     request_id: Any
     arguments: str  # canonical JSON of the arguments: what makes a repeat "the same call"
-    opened: bool
+    opened: bool  # the begin mark went out (and, with a sidecar that does not read stamps, was confirmed)
 
 
 @dataclass(slots=True)
@@ -281,14 +287,30 @@ class ProbeObserver:
     # -- the probe's thread --------------------------------------------------------------------
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            window, outcome, report = item
-            try:
-                self._report(window, outcome, report)
-            except Exception:  # a bug of ours must not stop every later report
-                log.exception("reporting a call's side effects failed", call_id=window.call_id)
-            finally:
-                report.done.set()
+        stopping = False
+        while not stopping and (item := self._queue.get()) is not None:
+            batch = [item]
+            # Calls that end within LINGER_S of each other are collected together: their marks leave in
+            # one write and the sidecar answers them in one, so the proxy's threads and the sidecar wake
+            # once for several calls instead of competing with each call's successor.
+            deadline = time.monotonic() + LINGER_S
+            while len(batch) < MAX_BATCH and (left := deadline - time.monotonic()) > 0:
+                try:
+                    more = self._queue.get(timeout=left)
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._monitor.flush_marks()
+            for window, outcome, report in batch:
+                try:
+                    self._report(window, outcome, report)
+                except Exception:  # a bug of ours must not stop every later report
+                    log.exception("reporting a call's side effects failed", call_id=window.call_id)
+                finally:
+                    report.done.set()
 
     def _report(self, window: _Window, outcome: Finished, report: CallReport) -> None:
         summary, confirmed = self._monitor.collect(window.call_id)
