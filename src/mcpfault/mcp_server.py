@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 import tomllib
 from collections.abc import Callable
@@ -32,7 +31,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from mcpfault.app.argv import mcpfault_argv
 from mcpfault.app.toml_text import toml_text
 from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
 from mcpfault.loopback import UrlError, check_http_url, is_loopback
@@ -375,19 +373,23 @@ async def run_bench(profile: str = "error", agent: str = "resilient", tasks: int
     _name(agent, "agent", set(AGENT_ORDER))
     if not isinstance(tasks, int) or not 1 <= tasks <= MAX_BENCH_TASKS:
         raise ToolError(f"tasks {tasks!r}: give an integer in [1, {MAX_BENCH_TASKS}]")
+    from mcpfault.app import bench as app_bench  # the harness, imported when a bench runs
+
     run_dir = workdir() / "runs" / f"bench-{profile}-{agent}-{time.strftime('%Y%m%dT%H%M%S')}"
-    argv = mcpfault_argv("bench", "--profiles", profile, "--agents", agent)
-    argv += ["--tasks", str(tasks), "--session-tasks", str(min(tasks, 20)), "--seed", str(int(seed))]
-    argv += ["--out", str(run_dir)]
+    config = app_bench.config_for([profile], [agent], run_dir, tasks=tasks, session_tasks=min(tasks, 20), seed=seed)
+    command = f"mcpfault bench --profiles {profile} --agents {agent} --tasks {tasks} --seed {int(seed)}"
     started = time.monotonic()
+    run_dir.mkdir(parents=True, exist_ok=True)
     try:
         done = await anyio.to_thread.run_sync(
-            lambda: subprocess.run(argv, capture_output=True, text=True, timeout=MAX_BENCH_S, check=False)
+            lambda: app_bench.run_bench(config, command=command, timeout_s=MAX_BENCH_S)
         )
-    except subprocess.TimeoutExpired:
+    except TimeoutError:
         raise ToolError(f"the bench did not finish in {MAX_BENCH_S:g} s (partial output in {run_dir})") from None
-    if done.returncode != 0:
-        raise ToolError(f"mcpfault bench exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    except MCPFaultError as exc:
+        raise ToolError(f"the bench failed: {exc}") from None
+    if done.errors:
+        raise ToolError("the bench ran with errors: " + "; ".join(done.errors)[-1500:])
     outcomes = dict(task_outcomes(run_dir))
     wall = round(time.monotonic() - started, 2)
     return {"run_dir": _relative(run_dir), "tasks": sum(outcomes.values()), "outcomes": outcomes, "wall_s": wall}

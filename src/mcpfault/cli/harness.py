@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -525,32 +524,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import os
-    import platform
     import shlex
-    from datetime import UTC, datetime
 
-    import anyio
-
-    from mcpfault.analysis.records import write_records
-    from mcpfault.analysis.server import write_accounts
     from mcpfault.analysis.summary import summarize
+    from mcpfault.app import bench as app_bench
     from mcpfault.harness.bench import (
         DEFAULT_AGENTS,
-        SERVER_ACCOUNTS,
         BenchConfig,
-        bench_warnings,
         expand_profile_names,
-        fixed_profiles,
-        matrix_rows,
         parse_shard,
         parse_transports,
-        plan_sessions,
         resolve_profile,
-        run_bench,
     )
-    from mcpfault.harness.report import ReportMeta, print_model_usage, print_summary, write_report
-    from mcpfault.mock.world import World
+    from mcpfault.harness.report import print_model_usage, print_summary
 
     names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
@@ -591,95 +577,40 @@ def _bench(args: argparse.Namespace) -> int:
         cassette_task=args.cassette_task or "",
     )
     _check_pushgateway(args.pushgateway)
-    world = World.generate(args.seed)
-    plan_sessions(config, world)  # every name and profile is checked before the output directory exists
-    warnings = bench_warnings(config)
-    for warning in warnings:
+    checked = app_bench.check(config)  # every name and profile checked before the directory exists
+    for warning in checked.warnings:
         print(f"mcpfault bench: warning: {warning}", file=sys.stderr)
-    out = _output_dir(args.out, "bench")
-    config = dataclasses.replace(config, out_dir=out)
-    plans = plan_sessions(config, world)
-    rows_in_order = matrix_rows(config)  # the order --profiles gave (the plans run slowest first)
-    _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), llm)
+    config = dataclasses.replace(config, out_dir=_output_dir(args.out, "bench"))
+    command = shlex.join(["mcpfault", *sys.argv[1:]])
+    _write_llm_manifest(args, command, llm)
     console = _console()
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    total = sum(len(p.tasks) for p in plans)
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
     announce_metrics(live.url)
     try:
-        with progress("bench", total, console) as advance:
-            result = anyio.run(run_bench, config, plans, world, advance, live.record)
+        with progress("bench", checked.tasks, console) as advance:
+            done = app_bench.run_bench(config, command=command, on_task_done=advance, on_session_done=live.record)
     finally:
         live.close()
-    write_records(out / "records.jsonl", result.records)
-    bench_meta = {
-        "command": shlex.join(["mcpfault", *sys.argv[1:]]),
-        "seed": args.seed,
-        "tasks_per_cell": args.tasks,
-        "task_deadline_s": args.task_deadline_s,
-        "session_tasks": args.session_tasks,
-        "trials": args.trials,
-        "seeds": args.seeds,
-        "jobs": args.jobs,
-        "shard": args.shard,
-        "wall_s": round(result.wall_s, 1),
-        "started_at": started_at,
-        "sessions": result.sessions,
-        "broken": [b.as_dict() for b in result.broken],
-        "warnings": warnings,
-    }
-    (out / "bench.json").write_text(json.dumps(bench_meta, indent=2) + "\n")
-    meta = ReportMeta(
-        command=shlex.join(["mcpfault", *sys.argv[1:]]),
-        seed=args.seed,
-        tasks_per_cell=args.tasks,
-        wall_s=round(result.wall_s, 1),
-        jobs=args.jobs,
-        started_at=started_at,
-        machine=f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}",
-        proxy_overhead=result.proxy_overhead(),
-        broken=tuple((b.profile, b.agent, b.session, b.error) for b in result.broken),
-        session_tasks=args.session_tasks,
-        trials=args.trials,
-        profile_order=rows_in_order,
-        task_deadline_s=args.task_deadline_s,
-        warnings=tuple(warnings),
-        seeds=args.seeds,
-        fixed_profiles=fixed_profiles(config),
-    )
-    write_accounts(out / SERVER_ACCOUNTS, result.servers)
-    if cassette is not None:
-        from mcpfault.harness.claims_report import print_claims, write_claims_report
+    records = list(done.records)
+    if done.no_ground_truth or cassette is not None:
+        from mcpfault.harness.claims_report import print_claims
 
-        # No ground truth: counts of detected and unjudged, no rates, no charts (harness.claims_report).
-        report = (
-            write_claims_report(result.records, out, command=meta.command, profile_order=rows_in_order)
-            if result.records
-            else None
-        )
-    else:
-        report = write_report(result.records, out, meta, result.servers) if result.records else None
-    if report is not None:
-        from mcpfault.harness.report_html import write_html
-
-        write_html(out)  # report.html beside report.md
-    if cassette is not None:
         title = "tasks per profile and agent against the server cassette"
-        print_claims(result.records, console, title=title, profile_order=rows_in_order)
+        print_claims(records, console, title=title, profile_order=done.rows)
     else:
-        print_summary(summarize(result.records, rows_in_order) if result.records else result.records, console)
-    if result.records:
-        print_model_usage(result.records, console)
+        print_summary(summarize(records, done.rows) if records else records, console)
+    if records:
+        print_model_usage(records, console)
     console.print(
-        f"{len(result.records)} tasks in {result.sessions} sessions, wall time {result.wall_s:.1f} s"
-        + (f"; report: {report}" if report else "")
+        f"{len(records)} tasks in {done.sessions} sessions, wall time {done.wall_s:.1f} s"
+        + (f"; report: {done.report}" if done.report else "")
     )
-    pushed = _push(args.pushgateway, result.records, out, "bench")
-    for error in result.errors:
+    pushed = _push(args.pushgateway, records, done.out_dir, "bench")
+    for error in done.errors:
         print(f"mcpfault bench: {error}", file=sys.stderr)
-    return EXIT_CHECK_FAILED if result.errors or not pushed else EXIT_OK
+    return EXIT_CHECK_FAILED if done.errors or not pushed else EXIT_OK
 
 
 def _check_pushgateway(url: str | None) -> None:
