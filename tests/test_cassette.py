@@ -501,3 +501,42 @@ async def test_two_sessions_are_recorded_each_marked_and_replayed_in_order(tmp_p
     finally:
         stop(server)
     assert again == [first, second]
+
+
+def test_what_the_server_sent_while_nothing_was_pending_is_replayed_after_the_answer(tmp_path: Path) -> None:
+    import io
+    import json as json_
+
+    from mcpfault.cassette.format import FORMAT_VERSION, Entry, write
+    from mcpfault.cassette.replay import serve_stdio
+
+    changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    logged = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "redeployed"}}
+    entries = [
+        Entry(
+            0.0, "client", "1", "legacy", {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a"}}
+        ),
+        Entry(0.1, "server", "1", "legacy", {"jsonrpc": "2.0", "id": 1, "result": {"content": []}}),
+        Entry(0.2, "server", "1", "legacy", changed),  # no request pending: sent on the server's own account
+        Entry(0.3, "server", "1", "legacy", logged),
+        Entry(0.4, "client", "1", "legacy", {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
+        Entry(0.5, "server", "1", "legacy", {"jsonrpc": "2.0", "id": 2, "result": {"tools": []}}),
+    ]
+    cassette = tmp_path / "unsolicited.cassette"
+    write(cassette, {"cassette": FORMAT_VERSION, "eras": ["legacy"]}, entries)
+    live = b"".join(
+        json_.dumps(m).encode() + b"\n"
+        for m in [
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "a"}},
+            {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {}},
+        ]
+    )
+    out = io.BytesIO()
+    assert serve_stdio(cassette, "method+params", "none", stdin=io.BytesIO(live), stdout=out) == 0
+    sent = [json_.loads(line) for line in out.getvalue().splitlines()]
+    assert sent == [
+        {"jsonrpc": "2.0", "id": 7, "result": {"content": []}},
+        changed,
+        logged,
+        {"jsonrpc": "2.0", "id": 8, "result": {"tools": []}},
+    ]

@@ -5,7 +5,7 @@ must equal this one). A miss names the closest recorded request and how it diffe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from mcpfault.cassette.format import Entry
@@ -60,6 +60,9 @@ class Recorded:
     answer: Entry | None
     between: list[Entry]
     used: int = 0
+    # What the server sent after the answer while no request of the session was pending (a list_changed,
+    # a log message), until the client's next request: replayed after the answer, in order.
+    after: list[Entry] = field(default_factory=list)
 
     @property
     def method(self) -> str:

@@ -2,8 +2,9 @@
 
 Each request is matched (cassette/matching.py) to a recorded one; its recorded answer goes back with the
 live request's id, after the notifications and server-to-client requests the server sent while it was
-pending (progress notifications carry the live request's progress token). A miss is a JSON-RPC error that
-names the closest recorded request, never a silent wrong answer.
+pending (progress notifications carry the live request's progress token), and is followed by what the
+server sent after it while nothing was pending (a list_changed notification, a log message). A miss is a
+JSON-RPC error that names the closest recorded request, never a silent wrong answer.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def recorded_requests(cassette: Cassette) -> list[Recorded]:
             continue
         if "method" in message:  # a notification or a server-to-client request
             owner = last_pending.get(entry.session)
-            if owner is not None and owner.answer is None:
-                owner.between.append(entry)
+            if owner is not None:
+                (owner.between if owner.answer is None else owner.after).append(entry)
         elif "id" in message:
             item_or_none = pending.pop((entry.session, json.dumps(message["id"])), None)
             if item_or_none is not None:
@@ -97,6 +98,11 @@ def answer(book: Book, message: dict[str, Any], send: Callable[[dict[str, Any]],
     _wait(item.answer.t - clock, timing)
     reply = {key: value for key, value in item.answer.message.items() if key != "id"}
     send({"jsonrpc": "2.0", "id": message["id"], **reply})
+    clock = item.answer.t
+    for entry in item.after:
+        _wait(entry.t - clock, timing)
+        clock = entry.t
+        send(copy.deepcopy(entry.message))
 
 
 def _wait(seconds: float, timing: Timing) -> None:
