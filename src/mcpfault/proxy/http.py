@@ -434,7 +434,13 @@ class HttpProxy:
         except web.BodyTooLarge:
             return error_response(413, None, f"mcpfault: the body is larger than {self._limits.max_body_bytes} bytes")
         try:
-            answer = await self._pool.request(request.method, request.raw_path, _forwarded(request.headers), body)
+            answer = await self._pool.request(
+                request.method,
+                request.raw_path,
+                _forwarded(request.headers),
+                body,
+                long_lived=request.method == "GET",  # a session's stream, open as long as its client
+            )
         except (TimeoutError, OSError) as exc:
             message = (
                 f"mcpfault: cannot reach the upstream MCP server {self.upstream_label}: {exc or type(exc).__name__}"
@@ -458,7 +464,7 @@ class HttpProxy:
             abort(request)  # the upstream broke off: so does the stream it was feeding
             return response
         finally:
-            answer.close()
+            answer.release()  # back to the pool when read to the end (a DELETE's answer); else closed
 
 
 def _proxy_error(

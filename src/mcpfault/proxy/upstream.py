@@ -262,11 +262,15 @@ class UpstreamPool:
         body: bytes = b"",
         *,
         resend_unanswered: bool = True,
+        long_lived: bool = False,
     ) -> UpstreamResponse:
         """Send one request; return once the answer's status and headers arrived.
 
         ``resend_unanswered=False``: a kept-alive connection that closes before any answer raises
         UpstreamBroke instead of sending the request again (a client that must see every reset).
+        ``long_lived``: an answer that may stay open as long as its client (a session's GET stream) goes
+        on a connection of its own, outside the pool's limit and never reused, so that streams held open
+        can never leave the requests waiting for a connection.
         """
         head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
         head.extend(f"{name}: {value}\r\n" for name, value in headers)
@@ -275,7 +279,7 @@ class UpstreamPool:
         head.append("\r\n")
         request = "".join(head).encode("latin-1") + body
         for attempt in (1, 2):
-            connection = await self._connection()
+            connection = await self._connect(counted=False) if long_lived else await self._connection()
             response = connection.send(request, method)
             try:
                 return await response.started()
@@ -313,8 +317,10 @@ class UpstreamPool:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    async def _connect(self) -> _UpstreamConnection:
-        self._open += 1
+    async def _connect(self, *, counted: bool = True) -> _UpstreamConnection:
+        if self._closed:
+            raise UpstreamBroke("the proxy is shutting down")
+        self._open += counted
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
@@ -328,10 +334,10 @@ class UpstreamPool:
                 self._connect_timeout_s,
             )
         except BaseException:
-            self._open -= 1
+            self._open -= counted
             self._notify()
             raise
-        connection.counted = connection.busy = True
+        connection.counted, connection.busy = counted, True
         self._busy.add(connection)
         return connection
 
@@ -340,7 +346,7 @@ class UpstreamPool:
             return
         connection.busy = False
         self._busy.discard(connection)
-        if reusable and connection.keep_alive and not connection.closed and not self._closed:
+        if reusable and connection.counted and connection.keep_alive and not connection.closed and not self._closed:
             self._idle.append(connection)
             self._notify()
             return
