@@ -81,9 +81,9 @@ LIMITS = {
     "idle_expiry": "no idle expiry of a session: one is forgotten only on DELETE, on the server's 404, or past the"
     " cap; an idle keep-alive client connection is closed after 75 s (http_server.KEEPALIVE_S), the session"
     " survives it",
-    "upstream_pool": "at most 256 connections to the upstream (http_exchange.Limits.max_connections, no flag):"
-    " more requests in flight wait for one; an open GET stream holds one for its whole life, so with 256"
-    " open every other request waits",
+    "upstream_pool": "at most 256 connections to the upstream for requests (http_exchange.Limits.max_connections,"
+    " no flag): more requests in flight wait for one; a GET stream gets a connection of its own outside that"
+    " limit, for its whole life",
 }
 FDS_PER_PROCESS_SLACK = 64  # the proxy's and our own files beside the connections: logs, pipes, the event loop
 
@@ -655,8 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--get-streams",
         type=int,
-        help="sessions that also hold the GET stream (legacy only; default min(sessions, 200): the proxy's 256"
-        " upstream connections bound them, see the README's limits)",
+        help="sessions that also hold the GET stream (legacy only; default min(sessions, 200); each is one more"
+        " connection into the proxy and one upstream)",
     )
     parser.add_argument(
         "--churn-without-delete",
