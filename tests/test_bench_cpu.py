@@ -68,9 +68,9 @@ def test_a_gzipped_reference_reads_back_as_the_records(tmp_path):
 
 def test_the_committed_reference_is_the_default_matrix():
     reference = read_outcomes(ROOT / "benchmarks" / "reference" / "default-seed0.jsonl.gz")
-    assert len(reference) == 2700
+    assert len(reference) == 3000  # the ten gentle profiles x three agents x 100 tasks
     assert {key[:2] for key in reference} == {(p, a) for p, a, _ in cell_counts(reference)}
-    assert len({key[:2] for key in reference}) == 27
+    assert len({key[:2] for key in reference}) == 30
 
 
 def bench_cpu(tmp_path: Path, name: str, *options: str) -> subprocess.CompletedProcess[str]:
