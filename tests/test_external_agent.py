@@ -49,6 +49,7 @@ def run(
     specs: tuple[TaskSpec, ...] | None = None,
     timeout_s: float = 60.0,
     name: str = "mine",
+    **session: Any,
 ) -> list[TaskRecord]:
     plan = SessionPlan(
         profile=profile,
@@ -57,6 +58,7 @@ def run(
         tasks=specs if specs is not None else tasks(),
         out_dir=tmp_path / name,
         external=ExternalConfig(name, tuple(command), timeout_s),
+        **session,
     )
 
     async def main() -> Any:
@@ -82,6 +84,29 @@ def test_a_lying_agent_is_silent_and_an_honest_one_detected(tmp_path):
         assert record.fault_types == ("error",), record  # the proxy's fault reached this very task
     assert "a call failed" in (honest[1].agent_stderr or "")
     assert liar[0].answer == {"unhealthy_devices": sorted(world_unhealthy())}
+
+
+def test_an_agent_is_judged_alike_when_the_session_speaks_the_2026_era(tmp_path):
+    """The agent's endpoint speaks 2025-11-25; under --era modern its initialize gets the session's
+    server/discover answer as an initialize result, and its calls go on in the 2026-07-28 era."""
+    from mcpfault.harness.agents.gateway import initialize_result
+
+    profile = write_profile(tmp_path, FAILED_WRITES, "failed_writes.toml")
+    honest = [PYTHON, SCRIPTED, "--when-a-call-fails", "give-up"]
+    modern = run(tmp_path, profile, honest, name="modern", era="modern", transport="http")
+    assert [r.outcome for r in modern] == ["success", "failed_detected", "failed_detected", "success"], [
+        (r.outcome, r.detail, r.agent_stderr) for r in modern
+    ]
+    assert all(r.failure != "agent_crashed" for r in modern)
+    discover = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "m"}}
+    assert initialize_result(discover, "2025-06-18") == {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "m"},
+    }
+    assert initialize_result(discover, "1999-01-01")["protocolVersion"] == "2025-11-25"
+    legacy = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "m"}}
+    assert initialize_result(legacy, "2025-06-18") is legacy  # a legacy session's own answer, as it was
 
 
 def world_unhealthy() -> list[str]:

@@ -16,9 +16,11 @@ What the proxy's faults did comes back to the agent as near to the wire as the c
 - an answer the client could not parse comes back as JSON-RPC error -32603 naming what was wrong.
 
 The agent's ``initialize`` is answered from the session's own handshake, so every task of a session
-meets the same server session and the same world, as the scripted agents do. Only the legacy era's
-sessions (2025-11-25) are served; a GET (server-to-client stream) is refused with 405, which the
-transport allows.
+meets the same server session and the same world, as the scripted agents do. The agent speaks the
+legacy era (2025-11-25) to this endpoint whatever era the session's client speaks to the proxy: under
+``--era modern`` its ``initialize`` gets the session's ``server/discover`` answer as an initialize
+result (the same capabilities and server), and its requests go on in the client's era. A GET
+(server-to-client stream) is refused with 405, which the transport allows.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from mcpfault.errors import (
 )
 from mcpfault.harness.client import StdioClient
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.eras import LEGACY_VERSIONS
 from mcpfault.proxy.http_server import HttpServer, Request, Response
 from mcpfault.proxy.http_stdio import SESSION_HEADER
 
@@ -112,7 +115,8 @@ class AgentGateway:
         if message.method == "initialize":
             session = uuid.uuid4().hex
             self._sessions.add(session)
-            return _json({"jsonrpc": "2.0", "id": request_id, "result": self.handshake}, session=session)
+            result = initialize_result(self.handshake, params.get("protocolVersion"))
+            return _json({"jsonrpc": "2.0", "id": request_id, "result": result}, session=session)
         if message.method == "ping":
             return _json({"jsonrpc": "2.0", "id": request_id, "result": {}})
         return await self._forward(request, request_id, message.method, params)
@@ -163,3 +167,17 @@ def _message(exc: ProtocolError) -> str:
 def _json(body: Mapping[str, Any], *, status: int = 200, session: str | None = None) -> Response:
     headers = {SESSION_HEADER: session} if session is not None else None
     return Response(status=status, headers=headers, body=jsonrpc.encode(dict(body)).rstrip(b"\n"), content_type=JSON)
+
+
+def initialize_result(handshake: Mapping[str, Any], proposed: Any) -> Mapping[str, Any]:
+    """The answer to the agent's ``initialize``: the session's own when it began with one; when it began
+    with ``server/discover`` (2026-07-28), the same server and capabilities as an initialize result, at
+    the version the agent proposed when it is one this era knows (else the newest)."""
+    if "protocolVersion" in handshake or "supportedVersions" not in handshake:
+        return handshake
+    version = proposed if proposed in LEGACY_VERSIONS else max(LEGACY_VERSIONS)
+    result = {"protocolVersion": version, "capabilities": handshake.get("capabilities") or {}}
+    result["serverInfo"] = handshake.get("serverInfo") or {"name": "mcpfault-session", "version": "0"}
+    if isinstance(handshake.get("instructions"), str):
+        result["instructions"] = handshake["instructions"]
+    return result
