@@ -286,3 +286,12 @@ def test_the_stress_profiles_get_a_table_of_their_own() -> None:
     assert (
         'data-profile="outage"' in stress and 'data-profile="storm"' in stress and 'data-profile="mixed"' not in stress
     )
+
+
+def test_the_outcome_table_keeps_the_order_the_profiles_were_given(bench: Path) -> None:
+    # `--profiles lost_once.toml,error`: error comes first in the usual order, second as given.
+    outcomes = (bench / "report.html").read_text(encoding="utf-8").split('<section id="outcomes">', 1)[1]
+    outcomes = outcomes.split("</section>", 1)[0]
+    markdown = (bench / "report.md").read_text(encoding="utf-8")
+    assert outcomes.index(">lost_once<") < outcomes.index(">error<"), outcomes[:2000]
+    assert markdown.index("| lost_once") < markdown.index("| error")

@@ -146,6 +146,7 @@ def _write_bench_json(
         "seeds": config.seeds,
         "jobs": config.jobs,
         "shard": _shard(config),
+        "rows": list(bench.matrix_rows(config)),  # the report's rows in the order the profiles were given
         "wall_s": round(result.wall_s, 1),
         "started_at": started_at,
         "sessions": result.sessions,

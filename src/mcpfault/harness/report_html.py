@@ -246,7 +246,8 @@ def render_run(data: RunData) -> str:
 
     if is_claims_run(data.records):
         return render_claims_run(data)
-    summary = summarize(data.records)
+    rows = data.meta.get("rows")  # bench.json: the order --profiles gave, as report.md has it
+    summary = summarize(data.records, tuple(str(row) for row in rows) if isinstance(rows, list) else ())
     body = [
         f"<h1>{_e(data.title)}</h1>",
         _meta_line(data),
