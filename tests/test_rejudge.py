@@ -45,6 +45,7 @@ def test_report_rejudge_reproduces_the_outcomes_of_a_run(run_dir: Path, tmp_path
     again = [r.as_dict() for r in read_records(tmp_path / "again" / "records.jsonl")]
     assert again == original  # every field, not only the outcomes
     assert (tmp_path / "again" / "report.md").is_file()
+    assert "re-judged" in (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
 
 
 def test_naive_meets_the_read_only_rules_as_resilient_does(run_dir: Path) -> None:

@@ -747,6 +747,9 @@ def _rejudge(args: argparse.Namespace) -> int:
     else:
         report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
         print_summary(result.records, _console())
+    from mcpfault.harness.report_html import write_html
+
+    write_html(out)  # report.html beside the new report.md, as a bench writes it
     for line in describe(result, run_dir):
         print(line)
     print(f"report: {report}")
