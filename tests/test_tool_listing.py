@@ -212,3 +212,20 @@ async def test_read_only_rules_match_over_http_for_a_client_that_never_lists(tmp
     listed = [r for r in records if r.get("event") == "tools_listed"]
     assert [(r["outcome"], r["pages"], r["tools"]) for r in listed] == [("complete", 3, 3)]
     assert [r["tool"] for r in read_events(proxy.events_file) if r.get("fault_type") == "error"] == ["write", "write"]
+
+
+@pytest.mark.slow
+async def test_requests_held_for_a_listing_the_server_never_answers_go_on_without_it(tmp_path: Path) -> None:
+    from mcpfault.proxy.tool_listing import WAIT_S
+
+    answers: list[dict[str, Any]] = []
+
+    async def scenario(client: RawClient) -> None:
+        await client.handshake()
+        answers.append(await client.call("read"))  # held for the listing, which never comes
+
+    events = await run_proxy(tmp_path, [sys.executable, str(LISTING_SERVER), "--never-list"], WRITES_FAIL, scenario)
+    assert answers[0]["result"]["content"][0]["text"] == "read", answers  # it went on, unfaulted (tools unknown)
+    [listed] = [e for e in events if e.get("event") == "tools_listed"]
+    assert listed["outcome"] == "error" and listed["requests_waited"] == 1, listed
+    assert listed["error"] == f"no complete answer within {WAIT_S:g} s"

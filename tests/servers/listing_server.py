@@ -5,6 +5,7 @@ receives is appended to --record. tools/call tools:
   write {}     -> "wrote" (readOnlyHint false)
   read {}      -> "read" (readOnlyHint true)
   flip {}      -> "read" becomes a writing tool; the server sends notifications/tools/list_changed
+With --never-list it never answers tools/list.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--record")
+parser.add_argument("--never-list", action="store_true", help="never answer tools/list (a server that hangs on it)")
 args = parser.parse_args()
 record = open(args.record, "ab") if args.record else None  # noqa: SIM115
 read_only = {"write": False, "read": True, "flip": False}
@@ -48,6 +50,8 @@ for line in sys.stdin.buffer:
                 "result": {"protocolVersion": version, "capabilities": capabilities, "serverInfo": info},
             }
         )
+    elif method == "tools/list" and args.never_list:
+        continue
     elif method == "tools/list":
         names = list(read_only)
         page = int(params.get("cursor") or 0)

@@ -35,6 +35,7 @@ from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.events import EventSink
 from mcpfault.proxy.replies import server_gone_reply
+from mcpfault.proxy.tool_listing import WAIT_S as LISTING_WAIT_S
 from mcpfault.proxy.tool_listing import ToolListing, is_own_id
 from mcpfault.telemetry.names import Received
 
@@ -311,7 +312,7 @@ class ProxyCore:
                 self._initialized = line
                 self._handshake_done = True
                 if self.engine.learns_tools and self.lists_in_band:
-                    return [Emit(To.SERVER, line), Emit(To.SERVER, self._listing.start("handshake"))]
+                    return [Emit(To.SERVER, line), Emit(To.SERVER, self._listing.start("handshake", self._clock()))]
             elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
                 return self._notification(message.body, line, To.SERVER)
             elif message.kind is MessageKind.RESPONSE and self._server_requests:
@@ -329,7 +330,7 @@ class ProxyCore:
             # A rule may match it on annotations the proxy's own listing is about to tell: it waits.
             if not self._listing.waiting and not self._listing.in_progress:
                 self._listing.waiting.append(line)
-                return [Emit(To.SERVER, self._listing.start("rules"))]
+                return [Emit(To.SERVER, self._listing.start("rules", self._clock()))]
             self._listing.waiting.append(line)
             return []
         self._count_request(method, body.get("params"))
@@ -429,7 +430,7 @@ class ProxyCore:
         elif not self._handshake_done:
             return None
         self._listing_stale = False
-        return self._listing.start("list_changed" if self.engine.has_tool_listing else "handshake")
+        return self._listing.start("list_changed" if self.engine.has_tool_listing else "handshake", self._clock())
 
     def listing_answer(self, data: bytes | None) -> bytes | None:
         """Out of band: the server's answer to the listing request last sent (None: there was none, or it
@@ -474,6 +475,22 @@ class ProxyCore:
                 record["error"] = error.get("message") if isinstance(error, Mapping) else "no tools in the answer"
             self._write_event(record, self._clock())
         return [emit for line in waited for emit in self.from_client(line)]
+
+    def listing_wait_s(self) -> float | None:
+        """Seconds until the requests waiting for the proxy's own tools/list go on without it (0: now);
+        None while none wait. The transport then calls ``listing_overdue``."""
+        listing = self._listing
+        if not listing.in_progress or not listing.waiting:
+            return None
+        return max(0.0, listing.started + LISTING_WAIT_S - self._clock())
+
+    def listing_overdue(self) -> list[Emit]:
+        """A listing not complete within ``LISTING_WAIT_S`` (a server that never answers it) ends as if it
+        had failed: recorded so, and the requests that waited go on with what the engine knew."""
+        if self.listing_wait_s() != 0.0:
+            return []
+        message = f"no complete answer within {LISTING_WAIT_S:g} s"
+        return self._listing_answered({"id": self._listing.pending_id, "error": {"message": message}})
 
     def _abandon_listing(self) -> None:
         """The server is gone or restarting: requests that waited for its listing are tracked now, so that
@@ -766,7 +783,7 @@ class ProxyCore:
                     self._listing_stale = True  # the transport lists again before the next request
                 elif self.engine.learns_tools and (self._handshake_done or self._listing.listed):
                     # The server's tools changed: the proxy lists them again, whatever becomes of the notice.
-                    emits.append(Emit(To.SERVER, self._listing.start("list_changed")))
+                    emits.append(Emit(To.SERVER, self._listing.start("list_changed", self._clock())))
                 return emits
             elif message.kind is MessageKind.NOTIFICATION and self.engine.acts_on(message.method):
                 return self._notification(message.body, line, To.CLIENT)

@@ -48,6 +48,7 @@ FLUSH_TO_CLIENT_S = 5.0
 EXIT_CLIENT_GONE = 128 + signal.SIGPIPE
 # How often time-triggered rules (a process fault at start_after_s) are looked at.
 TIMER_TICK_S = 0.05
+LISTING_TICK_S = 0.25  # how often a held tools/list is looked at (only rules that read tools need one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,7 @@ class StdioProxy:
                     on_ready()
                 if self.core.engine.next_due_s() is not None:
                     tg.start_soon(self._timed_faults)
+                tg.start_soon(self._listing_waits)  # a rule added live may need a listing too
                 while True:
                     returncode = await self._supervisor.child.wait()
                     await self._drain_server_stdout()
@@ -272,6 +274,16 @@ class StdioProxy:
                 request_id, "timeout", reply=reply, error_code=jsonrpc.UPSTREAM_UNAVAILABLE, upstream_contacted=False
             )
         return Emit(To.CLIENT, reply) if known else None
+
+    async def _listing_waits(self) -> None:
+        """Requests held for the proxy's own tools/list go on once it is overdue (a server that never
+        answers it), instead of waiting for as long as the server is silent."""
+        while True:
+            with self._core_lock:
+                wait_s = self.core.listing_wait_s()
+            await anyio.sleep(LISTING_TICK_S if wait_s is None else min(wait_s, LISTING_TICK_S))
+            if wait_s is not None and wait_s <= LISTING_TICK_S:
+                self._relay([b""], lambda _nothing: self.core.listing_overdue(), To.SERVER)
 
     async def _timed_faults(self) -> None:
         """Time-triggered rules (a process fault at ``start_after_s``): performed when due."""

@@ -10,7 +10,8 @@ listing replaces what the engine knew.
 While a listing is on its way, the client's requests that a rule may act on wait in the core (in
 order), so that whether a call matched does not depend on which answer the server sent first: the
 bench's sequence of faults stays the same on every run. An error answer, a server that exits or
-restarts, or a page limit ends the wait; the requests then go on with what the engine knew.
+restarts, a page limit, or no complete listing within ``WAIT_S`` (a server that never answers it) ends
+the wait; the requests then go on with what the engine knew.
 
 Pure state, no I/O: ``ProxyCore`` sends what ``request`` builds and feeds back what the server answers.
 """
@@ -25,6 +26,7 @@ from mcpfault.protocol import jsonrpc
 
 ID_PREFIX = "mcpfault-tools-"
 MAX_PAGES = 100  # a server whose cursor never ends is not followed forever
+WAIT_S = 5.0  # how long client requests wait for a listing before they go on without it
 
 
 def is_own_id(request_id: object) -> bool:
@@ -44,14 +46,15 @@ class ToolListing:
     waiting: list[bytes] = field(default_factory=list)
     listed: bool = False  # a listing has completed (or failed) at least once
     meta: Mapping[str, Any] | None = None  # the 2026-07-28 era's per-request _meta, copied from the client
+    started: float = 0.0  # when the listing on its way was asked for (the core's clock)
 
     @property
     def in_progress(self) -> bool:
         return self.pending_id is not None
 
-    def start(self, reason: str) -> bytes:
+    def start(self, reason: str, now: float) -> bytes:
         """The first page's request; a listing already on its way is replaced (its answers are dropped)."""
-        self.reason, self.pages, self.tools = reason, 0, []
+        self.reason, self.pages, self.tools, self.started = reason, 0, [], now
         return self.request(None)
 
     def request(self, cursor: str | None) -> bytes:
