@@ -229,3 +229,17 @@ async def test_requests_held_for_a_listing_the_server_never_answers_go_on_withou
     [listed] = [e for e in events if e.get("event") == "tools_listed"]
     assert listed["outcome"] == "error" and listed["requests_waited"] == 1, listed
     assert listed["error"] == f"no complete answer within {WAIT_S:g} s"
+
+
+@pytest.mark.slow
+async def test_over_http_a_listing_the_server_never_answers_holds_no_request(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, WRITES_FAIL)
+    server = ["--", sys.executable, str(LISTING_SERVER), "--never-list"]
+    with http_proxy(profile, "", tmp_path, *server) as proxy:
+        async with httpx.AsyncClient(timeout=60) as http:
+            body, headers = modern_call(2, "read", {})
+            answer = _answer(await http.post(proxy.url, json=body, headers=headers))
+        records = [json.loads(line) for line in proxy.events_file.read_text().splitlines() if line.strip()]
+    assert answer["result"]["content"][0]["text"] == "read", answer  # it went on, unfaulted (tools unknown)
+    [listed] = [r for r in records if r.get("event") == "tools_listed"]
+    assert listed["outcome"] == "error", listed

@@ -56,6 +56,7 @@ from mcpfault.proxy.http_stdio_eras import EraRouter
 from mcpfault.proxy.replies import server_down_reply, server_gone_reply
 from mcpfault.proxy.supervised import ServerDown
 from mcpfault.proxy.supervisor import unanswered_reply
+from mcpfault.proxy.tool_listing import WAIT_S as LISTING_WAIT_S
 from mcpfault.proxy.tool_listing import is_own_id
 from mcpfault.proxy.upstream import UpstreamPool
 from mcpfault.telemetry.names import Received
@@ -254,10 +255,16 @@ class HttpProxy:
     async def _list_tools(self, request: web.Request, core: ProxyCore, body: bytes) -> None:
         """The proxy's own tools/list before the client's request, when rules match on annotations
         and the core has none current (proxy/tool_listing.py): POSTs of its own, in the client's
-        session and with its headers, whose answers the client never sees."""
+        session and with its headers, whose answers the client never sees; for at most ``WAIT_S``."""
         listing = core.listing_due(body)
-        while listing is not None:
-            listing = core.listing_answer(await self._own_request(request, listing))
+        if listing is None:
+            return
+        try:
+            async with asyncio.timeout(LISTING_WAIT_S):  # a server that never answers it does not hold the client
+                while listing is not None:
+                    listing = core.listing_answer(await self._own_request(request, listing))
+        except TimeoutError:
+            core.listing_answer(None)  # recorded as a failed listing; the client's request goes on
 
     async def _own_request(self, request: web.Request, data: bytes) -> bytes | None:
         """The JSON-RPC answer to a request of the proxy's own; None when none came."""
