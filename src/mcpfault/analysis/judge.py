@@ -205,13 +205,54 @@ def judge(
     ``duplicates``, when given, from the server's spans (its writes) rather than its state file.
     """
     verdict = check_answer(run, expected, state)
-    touched = touch is not None and bool(touch.fault_types)
-    affected = touch is not None and bool(touch.affected_types)
     outcome, failure, detail, absorbed = classify(run, verdict, touch)
     recovery_s = None
     if outcome == "recovered" and touch is not None and touch.first_affected_at is not None:
         ended = touch.ended_at if touch.ended_at is not None else run.finished
         recovery_s = round(ended - touch.first_affected_at, 6)
+    return _task_record(
+        run,
+        touch,
+        outcome,
+        profile=profile,
+        agent=agent,
+        session=session,
+        attempts=attempts,
+        retries=retries,
+        trace_id=trace_id,
+        failure=failure,
+        detail=detail,
+        duplicates=verdict.duplicates if duplicates is None else duplicates,
+        recovery_s=recovery_s,
+        expected=_expected_of(run, expected, state),
+        absorbed=absorbed,
+        verify_reads=run.verify_reads,
+    )
+
+
+def _task_record(
+    run: TaskRun,
+    touch: Touch | None,
+    outcome: Outcome,
+    *,
+    profile: str,
+    agent: str,
+    session: int,
+    attempts: int | None,
+    retries: int | None,
+    trace_id: str | None,
+    failure: str | None,
+    detail: str,
+    duplicates: int = 0,
+    recovery_s: float | None = None,
+    expected: Any = None,
+    absorbed: bool = False,
+    verify_reads: int = 0,
+    no_ground_truth: str | None = None,
+) -> TaskRecord:
+    """One task's record, whichever judge gave its outcome: the ground-truth judge or the claim judge."""
+    touched = touch is not None and bool(touch.fault_types)
+    affected = touch is not None and bool(touch.affected_types)
     return TaskRecord(
         profile=profile,
         agent=agent,
@@ -225,16 +266,17 @@ def judge(
         touched_no_effect=touched and not affected,
         attempts=run.attempts if attempts is None else attempts,
         retries=max(0, run.attempts - run.calls) if retries is None else retries,
-        duplicates=verdict.duplicates if duplicates is None else duplicates,
-        recovery_s=recovery_s,
         duration_s=round(run.finished - run.started, 6),
         failure=failure,
         detail=detail,
         trace_id=trace_id,
         answer=run.answer,
-        expected=_expected_of(run, expected, state),
+        duplicates=duplicates,
+        recovery_s=recovery_s,
+        expected=expected,
         absorbed=absorbed,
-        verify_reads=run.verify_reads,
+        verify_reads=verify_reads,
+        no_ground_truth=no_ground_truth,
     )
 
 
@@ -268,26 +310,18 @@ def judge_claim(
     ``why_no_truth`` goes into the record (``no_ground_truth``), so that a reader of records.jsonl sees why
     a claimed success is not a success.
     """
-    touched = touch is not None and bool(touch.fault_types)
-    affected = touch is not None and bool(touch.affected_types)
     outcome: Outcome = "failed_detected" if run.failure is not None else "unjudged"
-    return TaskRecord(
+    return _task_record(
+        run,
+        touch,
+        outcome,
         profile=profile,
         agent=agent,
         session=session,
-        task_index=run.index,
-        task=run.workflow,
-        outcome=outcome,
-        fault_types=tuple(touch.fault_types) if touch else (),
-        fault_modes=tuple(touch.fault_modes) if touch else (),
-        affected_types=tuple(touch.affected_types) if touch else (),
-        touched_no_effect=touched and not affected,
-        attempts=run.attempts if attempts is None else attempts,
-        retries=max(0, run.attempts - run.calls) if retries is None else retries,
-        duration_s=round(run.finished - run.started, 6),
+        attempts=attempts,
+        retries=retries,
+        trace_id=trace_id,
         failure=run.failure,
         detail=run.detail if run.failure is not None else "claimed done; no ground truth to check the answer",
-        trace_id=trace_id,
-        answer=run.answer,
         no_ground_truth=why_no_truth,
     )
