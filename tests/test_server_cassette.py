@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.test_interop import TIME_SERVER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,29 +71,34 @@ def mcpfault(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def records_of(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "records.jsonl")
 
 
-@pytest.mark.slow
-def test_a_done_agent_is_unjudged_and_the_report_says_there_is_no_ground_truth(tmp_path: Path, cassette: Path) -> None:
-    out = tmp_path / "run"
-    done = mcpfault(
+def run_on(cassette: Path, profile: str, agent_command: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``mcpfault run`` of two tasks of the user's instruction, one external agent, against the cassette."""
+    return mcpfault(
         "run",
         "--server-cassette",
         str(cassette),
         "--cassette-task",
         TASK,
         "--profile",
-        "baseline",
+        profile,
         "--tasks",
         "2",
         "--agent",
         "cmd:mine",
         "--agent-command",
-        agent_command(tmp_path, "honest"),
+        agent_command,
         "--out",
         str(out),
     )
+
+
+@pytest.mark.slow
+def test_a_done_agent_is_unjudged_and_the_report_says_there_is_no_ground_truth(tmp_path: Path, cassette: Path) -> None:
+    out = tmp_path / "run"
+    done = run_on(cassette, "baseline", agent_command(tmp_path, "honest"), out)
     assert done.returncode == 0, done.stderr
     records = records_of(out)
     assert [r["outcome"] for r in records] == ["unjudged", "unjudged"]
@@ -109,23 +115,8 @@ def test_a_failed_agent_is_detected_with_the_faults_it_met(tmp_path: Path, casse
     profile = tmp_path / "broken_time.toml"
     profile.write_text(EVERY_CALL_FAILS, encoding="utf-8")
     out = tmp_path / "run"
-    failed = mcpfault(
-        "run",
-        "--server-cassette",
-        str(cassette),
-        "--cassette-task",
-        TASK,
-        "--profile",
-        str(profile),
-        "--tasks",
-        "2",
-        "--agent",
-        "cmd:mine",
-        "--agent-command",
-        f"{sys.executable} {TIME_AGENT}",  # the example agent, honest when a call fails
-        "--out",
-        str(out),
-    )
+    # The example agent, honest when a call fails.
+    failed = run_on(cassette, str(profile), f"{sys.executable} {TIME_AGENT}", out)
     assert failed.returncode == 0, failed.stderr
     records = records_of(out)
     assert [r["outcome"] for r in records] == ["failed_detected", "failed_detected"]
