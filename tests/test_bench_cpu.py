@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mcpfault.protocol.jsonlines import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -96,7 +98,7 @@ def test_bench_cpu_reports_the_whole_tree_by_role_and_checks_outcomes(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "outcomes identical" in again.stdout
     tampered = tmp_path / "tampered.jsonl"
-    rows = [json.loads(line) for line in reference.read_text().splitlines()]
+    rows = read_jsonl(reference, strict=True)
     rows[0]["attempts"] += 1
     write(tampered, rows)
     wrong = bench_cpu(tmp_path, "wrong", "--expect", str(tampered))

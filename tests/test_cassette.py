@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.sdk_support import Progress
 from tests.test_interop import EVERYTHING, TIME_SERVER, needs_npm
 
@@ -49,7 +50,7 @@ async def time_session(command: list[str], mode: str) -> dict[str, Any]:
 async def test_time_server_recorded_then_replayed_gives_the_same_answers(tmp_path: Path, mode: str) -> None:
     cassette = tmp_path / "time.cassette"
     live = await time_session(record(cassette, TIME_SERVER), mode)
-    lines = [json.loads(line) for line in cassette.read_text().splitlines()]
+    lines = read_jsonl(cassette, strict=True)
     header = lines[0]
     assert header["cassette"] == 1 and header["eras"] == [{"legacy": "legacy", "auto": "modern"}[mode]]
     assert {line["direction"] for line in lines[1:]} == {"client", "server"}
@@ -144,7 +145,7 @@ async def test_a_fault_profile_over_a_replay_gives_the_same_faults_as_over_the_l
     assert replayed == live and shortcut == live
 
     def faults(path: Path) -> list[tuple[Any, ...]]:
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows = read_jsonl(path, strict=True)
         return [(r["method"], r.get("tool"), r.get("rule"), r.get("fault_type")) for r in rows if "method" in r]
 
     live_faults = faults(tmp_path / "live.jsonl")
@@ -488,7 +489,7 @@ async def test_two_sessions_are_recorded_each_marked_and_replayed_in_order(tmp_p
         finally:
             recording.close()
     assert first["ticket"] != second["ticket"]  # the live server counts: ticket 1, then ticket 2
-    rows = [json.loads(line) for line in cassette.read_text().splitlines()]
+    rows = read_jsonl(cassette, strict=True)
     assert rows[0]["sessions"] == 2
     assert [row["session"] for row in rows[1:] if row["message"].get("method") == "initialize"] == ["1", "2"]
     shown = subprocess.run([*MCPFAULT, "cassette", "show", str(cassette)], capture_output=True, text=True, check=True)

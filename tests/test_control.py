@@ -19,6 +19,7 @@ from mcpfault.faults import profile
 from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Engine
 from mcpfault.faults.live import LiveRules
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.core import Stats
 from mcpfault.proxy.events import MemoryEventSink
 from mcpfault.telemetry.span_files import read_spans
@@ -400,7 +401,7 @@ def test_rules_change_100_times_while_8_clients_call(tmp_path: Path) -> None:
     ids = [a["id"] for got in answers.values() for a in got]
     total = sum(len(each) for each in sent.values())
     assert sorted(ids) == sorted(i for each in sent.values() for i in each)  # one answer for each request
-    records = [json.loads(line) for line in proxy.events_file.read_text().splitlines()]
+    records = read_jsonl(proxy.events_file, strict=True)
     requests = [r for r in records if "request_id" in r]
     assert Counter(r["request_id"] for r in requests) == Counter(ids)  # decided once each, none lost
     assert len([r for r in records if "control" in r]) == 100
@@ -418,7 +419,6 @@ def test_a_windowed_rule_acts_only_inside_its_window_on_a_live_proxy(proxy_facto
     assert "error" not in proxy.read_json(timeout=20)
     # The window is on the proxy's clock, which starts as it writes its start line: each call is judged
     # by when it was sent on that clock, however long the proxy took to start on this machine.
-    from mcpfault.protocol.jsonlines import read_jsonl
     from mcpfault.proxy.events import START_EVENT
 
     [start] = [row for row in read_jsonl(proxy.events_path) if row.get("event") == START_EVENT]

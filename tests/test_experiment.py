@@ -12,6 +12,7 @@ import pytest
 
 from mcpfault.experiments import plan as plans
 from mcpfault.experiments.probes import event_time
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +117,7 @@ action = "stall"
 
 
 def journal(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "journal.jsonl", strict=True)
 
 
 @pytest.mark.slow
@@ -137,7 +138,7 @@ def test_a_stop_condition_switches_every_fault_off_within_one_interval(tmp_path:
     times = [e["time"] for e in entries]
     assert times == sorted(times)
 
-    records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "events.jsonl", strict=True)
     (off,) = [r for r in records if r.get("control") == "off"]
     requests = [r for r in records if "request_id" in r]
     faulted = [r for r in requests if r.get("fault_type")]
@@ -163,7 +164,7 @@ def test_a_stop_condition_switches_every_fault_off_within_one_interval(tmp_path:
     metrics = (out / "metrics.prom").read_text()
     assert 'mcpfault_experiment_state{state="stopped"} 1.0' in metrics
     assert 'mcpfault_experiment_actions_total{state="running"} 1.0' in metrics
-    spans = [json.loads(line) for line in (out / "experiment-spans.jsonl").read_text().splitlines()]
+    spans = read_jsonl(out / "experiment-spans.jsonl", strict=True)
     names = [
         s["name"] for batch in spans for rs in batch["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]
     ]
@@ -190,7 +191,7 @@ def test_a_hypothesis_that_holds_completes_with_exit_0(tmp_path: Path) -> None:
     outcome = json.loads((out / "outcome.json").read_text())
     assert outcome["hypothesis"]["tasks succeed"]["during"] >= 0.9
     assert outcome["hypothesis"]["no silent failures"]["after"] == 0.0
-    records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "events.jsonl", strict=True)
     assert any(r.get("fault_type") == "latency" for r in records)
     assert [r["control"] for r in records if "control" in r] == ["add", "remove"]
 
@@ -328,7 +329,7 @@ fault = {{ type = "error", tools = ["echo"] }}
     assert "clients connect to http://127.0.0.1:" in output
     errors = [t for t, failed in answers if failed]
     assert errors and len(errors) < len(answers)  # faults during the method only
-    entries = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    entries = read_jsonl(out / "journal.jsonl", strict=True)
     started, ended = (
         datetime_of(e["time"])
         for e in entries

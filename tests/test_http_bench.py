@@ -8,7 +8,6 @@ as one over stdio: the same seed gives the same outcome counts.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from mcpfault.harness.bench import BenchConfig, plan_sessions, run_bench
 from mcpfault.harness.client import Era
 from mcpfault.harness.session import SessionPlan, SessionResult, run_session
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.telemetry import names
 from mcpfault.telemetry.tracing import SpanView
 from tests.conftest import write_profile
@@ -122,7 +122,7 @@ def test_resilient_starts_a_new_session_after_a_404_and_recovers(tmp_path: Path)
     assert after[0].attributes[names.MCP_METHOD_NAME] == "initialize" and names.FAILURE not in after[0].attributes
     assert after[1].attributes[names.MCP_METHOD_NAME] == "tools/call" and after[1].attributes[names.ATTEMPT] == 2
     # The proxy saw the lost session's last request, and the new session's handshake.
-    events = [json.loads(line) for line in (result.plan.out_dir / "events.jsonl").read_text().splitlines()]
+    events = read_jsonl(result.plan.out_dir / "events.jsonl", strict=True)
     assert sum(1 for e in events if e.get("method") == "initialize") >= 2
 
 
@@ -132,7 +132,7 @@ def test_a_lost_session_stays_lost_for_naive(tmp_path: Path) -> None:
     # It never starts a new session: every later request on the old one gets 404 too.
     assert [(r.outcome, r.failure) for r in result.records] == [("failed_detected", "session_lost")] * 2
     # ... and the proxy records each of them: the fault's 404, then the lost session's.
-    events = [json.loads(line) for line in (result.plan.out_dir / "events.jsonl").read_text().splitlines()]
+    events = read_jsonl(result.plan.out_dir / "events.jsonl", strict=True)
     lost = [e for e in events if e.get("client_received") == "session_expired"]
     assert [e["fault_type"] for e in lost] == ["session_expired", None]
     assert all(e["upstream_contacted"] is False and e["era"] == "legacy" for e in lost)

@@ -20,6 +20,7 @@ from mcpfault.harness.session import (
     run_session,
 )
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 
 WORLD = World.generate(0)
@@ -95,6 +96,6 @@ def test_a_sigkill_after_a_write_is_judged_from_the_journal_and_the_session_is_n
 
     # The journal alone is enough: without the state file the same verdicts come from its replay.
     (plan.out_dir / STATE_FILE).unlink()
-    attempts = [json.loads(line) for line in (plan.out_dir / "attempts.jsonl").read_text().splitlines()]
+    attempts = read_jsonl(plan.out_dir / "attempts.jsonl", strict=True)
     again = judge_session(plan, WORLD, result.runs, attempts)
     assert [(r.outcome, r.duplicates) for r in again.records] == [(r.outcome, r.duplicates) for r in result.records]

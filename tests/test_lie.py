@@ -23,6 +23,7 @@ from mcpfault.harness.lies import AgentLies, agent_lies, lies_section
 from mcpfault.mock import World
 from mcpfault.mock.session import Session
 from mcpfault.protocol import jsonrpc
+from mcpfault.protocol.jsonlines import read_jsonl
 
 SEED = 7
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}
@@ -256,7 +257,7 @@ def test_run_with_the_lies_profile_naive_and_retry_only_believe_lies(tmp_path: p
         done = _mcpfault("run", "--profile", "lies", "--agent", agent, "--tasks", "40", "--out", str(out))
         assert done.returncode in {0, 1}, done.stderr
         records = list(read_records(out / "records.jsonl"))
-        events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+        events = read_jsonl(out / "events.jsonl", strict=True)
         lies = [event for event in events if event.get("fault_type") == "lie"]
         assert lies and all(event["fields"] for event in lies if event["client_received"] == "response")
         believed = [r for r in records if r.failure == "believed_lie"]

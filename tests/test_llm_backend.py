@@ -22,6 +22,7 @@ from mcpfault.harness.agents.llm.backend import (
 )
 from mcpfault.harness.agents.llm.fakemodel import FakeFault, FakeMessagesServer
 from mcpfault.harness.agents.tasks import TaskSpec
+from mcpfault.protocol.jsonlines import read_jsonl
 
 SPEC = TaskSpec(0, "interface_check", "dev-x", "task-t-0")
 DEVICE_TOOL = {
@@ -205,7 +206,7 @@ def test_a_recording_replays_answers_and_errors_and_refuses_what_it_does_not_hol
         await backend.aclose()
 
     anyio.run(record)
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = read_jsonl(path, strict=True)
     assert [line["key"] for line in lines] == ["task0000/turn01/try1", "task0000/turn01/try2"]
     assert lines[0]["error"]["error_type"] == "rate_limit_error" and lines[1]["response"] == answer
     assert "sk-" not in path.read_text()

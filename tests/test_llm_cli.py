@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcpfault.harness.agents.llm.fakemodel import FakeMessagesServer
+from mcpfault.protocol.jsonlines import read_jsonl
 
 pytestmark = pytest.mark.slow
 SECRET = "sk-ant-test-cli-SECRET-4242"
@@ -30,7 +31,7 @@ def mcpfault(*args: str, env: dict[str, str] | None = None, cwd: Path | None = N
 
 
 def outcomes(directory: Path) -> list[tuple]:
-    rows = [json.loads(line) for line in (directory / "records.jsonl").read_text().splitlines()]
+    rows = read_jsonl(directory / "records.jsonl", strict=True)
     return sorted(
         (r["profile"], r["agent"], r["task_index"], r["outcome"], r["duplicates"], r["input_tokens"]) for r in rows
     )
@@ -89,7 +90,7 @@ def test_run_records_and_a_replay_without_key_or_api_gives_the_same_outcomes(tmp
     # An exchange gone from the recording: that task is failed_detected, naming the directory and the key.
     session.write_text("\n".join(lines[:-1]) + "\n")
     third = mcpfault(*common, "--out", str(tmp_path / "broken"), "--replay", str(record))
-    rows = [json.loads(line) for line in (tmp_path / "broken" / "records.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "broken" / "records.jsonl", strict=True)
     last = max(rows, key=lambda r: r["task_index"])
     # What the agent raised ends the task; when its write had already reached the server, the damage
     # outranks the raise (analysis.judge: write_denied) and the detail keeps what it raised.
@@ -115,7 +116,7 @@ def test_bench_runs_the_model_matrix_beside_the_scripted_agents(tmp_path):
     assert "## Agents and models" in report
     for label in labels:
         assert f"| {label} " in report
-    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    rows = read_jsonl(out / "records.jsonl", strict=True)
     agents = {r["agent"] for r in rows}
     assert agents == {"naive", "resilient", *labels}
     llm_rows = [r for r in rows if r["agent"].startswith("llm-")]
@@ -134,5 +135,5 @@ def test_the_committed_recording_still_replays(tmp_path):
     args += ["both", "--tasks", "8", "--replay", str(root / "docs/results/llm/recording"), "--out", str(out)]
     result = mcpfault(*args)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    rows = read_jsonl(out / "records.jsonl", strict=True)
     assert len(rows) == 16 and not [r for r in rows if r["failure"] == "replay_missing"]

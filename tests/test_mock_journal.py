@@ -15,6 +15,7 @@ import pytest
 from mcpfault.mock import World
 from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.session import Session
+from mcpfault.protocol.jsonlines import read_jsonl
 
 SEED = 5
 TIMEOUT = 30.0
@@ -38,7 +39,7 @@ def _call(session: Session, name: str, arguments: dict[str, Any]) -> dict[str, A
 
 
 def _lines(path: pathlib.Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_jsonl(path, strict=True)
 
 
 def _without_noops(state: dict[str, Any]) -> dict[str, Any]:

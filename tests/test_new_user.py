@@ -18,7 +18,7 @@ from mcpfault.experiments.plan import ExperimentError
 from mcpfault.experiments.plan import from_mapping as experiment_from_mapping
 from mcpfault.faults import profile
 from mcpfault.faults.profile_warnings import warnings_of
-from mcpfault.protocol.jsonlines import dumps_line
+from mcpfault.protocol.jsonlines import dumps_line, read_jsonl
 from mcpfault.proxy.events import JsonlEventSink
 
 MCPFAULT = [sys.executable, "-m", "mcpfault"]
@@ -248,7 +248,7 @@ INITIALIZE = {
 
 
 def _event_lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_jsonl(path, strict=True)
 
 
 # Defect 4 and friction 5: an answer the client could not take is not "received"; the proxy exits

@@ -62,7 +62,7 @@ def side_effect_records(directory: Path) -> list[dict[str, Any]]:
 
 
 def records(directory: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (directory / "records.jsonl").read_text().splitlines()]
+    return read_jsonl(directory / "records.jsonl", strict=True)
 
 
 def test_run_with_the_ebpf_probe_sees_the_mock_act_and_agrees_with_the_judge(tmp_path: Path) -> None:

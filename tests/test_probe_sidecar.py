@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from mcpfz_probe import RuntimePolicy, SidecarRuntimeMonitor, evaluate_events
 
+from mcpfault.protocol.jsonlines import read_jsonl
+
 SCRIPT = {
     "events": [
         {"trigger": "startup", "event": {"type": "exec", "pid": 1000, "argv": ["/usr/lib/mcp-server"]}},
@@ -81,7 +83,7 @@ def test_the_monitor_gets_each_calls_events_and_the_policy_flags_them(events_fil
     categories = sorted(f.category for f in evaluate_events(second.events, policy))
     assert categories == ["runtime.exec", "runtime.net_connect", "runtime.sensitive_read"]
     # the raw capture is the protocol as written: one JSON object per line, each with ts_ns
-    lines = [json.loads(line) for line in raw.read_text().splitlines()]
+    lines = read_jsonl(raw, strict=True)
     assert all(isinstance(line["ts_ns"], int) for line in lines)
 
 

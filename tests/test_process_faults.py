@@ -6,7 +6,6 @@ after the test, no process carrying the tag may be left (the orphan check reads 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from mcpfault.errors import ProfileError
 from mcpfault.faults import profile
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events, read_server_events
 from tests.conftest import ROOT, ProxyProcess, call, request, write_profile
 from tests.http_support import HttpProxyProcess, free_port
@@ -211,7 +211,7 @@ def test_crash_after_kills_at_the_answer_which_is_lost_and_the_write_stands(tmp_
         proxy.send(call(1, "open_incident", **arguments))
         answer = proxy.read_json(timeout=20)  # far sooner than after_s: the kill came with the answer
         assert answer["id"] == 1 and answer["error"]["data"]["mcpfault"]["reason"] == "server_restarted"
-        assert [json.loads(line)["tool"] for line in journal.read_text().splitlines()] == ["open_incident"]
+        assert [row["tool"] for row in read_jsonl(journal, strict=True)] == ["open_incident"]
         proxy.send(call(2, "open_incident", **arguments))  # the client's retry: a second incident
         assert "structuredContent" in proxy.read_json(timeout=20)["result"]
         assert len(journal.read_text().splitlines()) == 2

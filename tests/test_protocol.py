@@ -71,3 +71,16 @@ def test_json_lines_split_at_lf_only_and_skip_a_partial_last_line(tmp_path: Path
     path.write_bytes(b'{"text": "a\xe2\x80\xa8b\xe2\x80\xa9c\xc2\x85d"}\n{"n": 2}\n{"n": 3, "cut')
     assert read_jsonl(path) == [{"text": "a\u2028b\u2029c\x85d"}, {"n": 2}]
     assert read_jsonl(tmp_path / "missing.jsonl") == []
+
+
+def test_strict_json_lines_name_the_line_that_does_not_parse_and_a_missing_file(tmp_path: Path) -> None:
+    from mcpfault.protocol.jsonlines import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"text": "a\xe2\x80\xa8b"}\n\n{"n": 2}\n')
+    assert read_jsonl(path, strict=True) == [{"text": "a\u2028b"}, {"n": 2}]
+    path.write_bytes(b'{"n": 1}\n{"n": 2, "cut\n')
+    with pytest.raises(ValueError, match=r"rows\.jsonl:2: not a JSON line"):
+        read_jsonl(path, strict=True)
+    with pytest.raises(FileNotFoundError):
+        read_jsonl(tmp_path / "missing.jsonl", strict=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
+from mcpfault.protocol.jsonlines import read_jsonl
 
 DOWN = {"seed": 5, "faults": [{"name": "sites-down", "type": "error", "mode": "tool", "tools": ["list_sites"]}]}
 
@@ -105,7 +106,7 @@ def test_seeded(mcpfault_proxy):
         anyio.run(agent, proxy.command)
     except Exception:
         pass  # the error profile may answer with a JSON-RPC error: the launch is what counts here
-    starts = [json.loads(line) for line in proxy.events_path.read_text().splitlines()]
+    starts = read_jsonl(proxy.events_path, strict=True)
     Path("seed.txt").write_text(str([row["seed"] for row in starts if row.get("event") == "proxy_started"]))
 """
     run(pytester, body, "--mcpfault-seed", "42").assert_outcomes(passed=1)

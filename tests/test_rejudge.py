@@ -13,6 +13,7 @@ import pytest
 from mcpfault.analysis.records import read_records
 from mcpfault.errors import UsageError
 from mcpfault.harness.rejudge import rejudge_run, session_dirs
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events
 
 AGENTS = ("naive", "retry-only", "resilient")
@@ -59,7 +60,7 @@ def test_naive_meets_the_read_only_rules_as_resilient_does(run_dir: Path) -> Non
             for session in sorted((run_dir / "sessions" / profile / agent).iterdir()):
                 calls = [e for e in read_events(session / "events.jsonl") if e["method"] == "tools/call"]
                 decisions.append([e["fault_type"] is not None for e in calls if tools is None or e["tool"] in tools])
-                listed = [json.loads(line) for line in (session / "events.jsonl").read_text().splitlines()]
+                listed = read_jsonl(session / "events.jsonl", strict=True)
                 assert any(r.get("event") == "tools_listed" and r["outcome"] == "complete" for r in listed)
             met[agent] = decisions
         for naive, resilient in zip(met["naive"], met["resilient"], strict=True):

@@ -22,6 +22,7 @@ import pytest
 
 from mcpfault.analysis.records import OUTCOMES, TaskRecord, read_records
 from mcpfault.harness import report_html
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.bench_support import run_small_bench
 from tests.browser_support import CHROMIUM, Page, chromium
 
@@ -222,7 +223,7 @@ def test_an_experiment_gets_a_page_with_its_verdict_states_and_probe_values(tmp_
     )
     assert (out / "report.html").is_file(), done.stdout + done.stderr
     outcome = json.loads((out / "outcome.json").read_text())
-    journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines() if line.strip()]
+    journal = read_jsonl(out / "journal.jsonl", strict=True)
     path = out / "report.html"
     open_fresh(page, path)
     assert page.evaluate("document.querySelector('#verdict h2').textContent") == f"Verdict: {outcome['verdict']}"

@@ -3,7 +3,6 @@ spread in the report, and a profile with nothing random marked "fixed" with no i
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.seeds import seed_spreads
 from mcpfault.faults import profile
+from mcpfault.protocol.jsonlines import read_jsonl
 
 
 def record(seed: int, outcome: str, profile_name: str = "timeout", index: int = 0) -> TaskRecord:
@@ -57,7 +57,7 @@ def test_seeds_3_gives_three_seed_columns_and_a_spread(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "records.jsonl", strict=True)
     assert sorted({r["seed"] for r in records}) == [0, 1, 2]
     assert len(records) == 2 * 4 * 3
     assert (out / "sessions").exists() is False and (out / "seed-2" / "sessions" / "timeout" / "naive").is_dir()

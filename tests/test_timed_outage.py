@@ -3,7 +3,6 @@ task deadline; against ten seconds every task fails detected, each at its own de
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.harness.agents.tasks import TaskSpec
 from mcpfault.harness.session import SessionPlan, run_session
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def run(tmp_path: Path, duration_s: float, tasks: int, **options: Any) -> tuple[
         return result.records
 
     records = anyio.run(main)
-    attempts = [json.loads(line) for line in (tmp_path / "s" / "attempts.jsonl").read_text().splitlines()]
+    attempts = read_jsonl(tmp_path / "s" / "attempts.jsonl", strict=True)
     return records, attempts
 
 

@@ -17,6 +17,7 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from mcpfault.protocol.jsonlines import read_jsonl
 from mcpfault.proxy.events import read_events
 from mcpfault.proxy.tool_listing import ID_PREFIX
 from tests.conftest import ROOT, write_profile
@@ -98,7 +99,7 @@ async def run_proxy(tmp_path: Path, server: list[str], profile: str, scenario: A
             assert process.stdin is not None
             await process.stdin.aclose()
             await process.wait()
-    return [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    return read_jsonl(events, strict=True)
 
 
 async def test_read_only_rules_match_for_a_client_that_never_lists(tmp_path: Path) -> None:
@@ -123,7 +124,7 @@ async def test_read_only_rules_match_for_a_client_that_never_lists(tmp_path: Pat
     # The proxy's own requests and their answers never reach the client.
     assert all(not str(line.get("id", "")).startswith(ID_PREFIX) for line in answers["lines"])
     # It read all three pages, on its own ids, right after the client's notifications/initialized.
-    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    sent = read_jsonl(record, strict=True)
     methods = [(m.get("method"), m.get("id")) for m in sent]
     assert methods[:5] == [
         ("initialize", 1),
@@ -205,7 +206,7 @@ async def test_read_only_rules_match_over_http_for_a_client_that_never_lists(tmp
                 else:
                     body, call_headers = jsonrpc(number, "tools/call", {"name": tool, "arguments": {}}), headers
                 answers[number] = _answer(await http.post(proxy.url, json=body, headers=call_headers))
-        records = [json.loads(line) for line in proxy.events_file.read_text().splitlines() if line.strip()]
+        records = read_jsonl(proxy.events_file, strict=True)
     assert "error" in answers[2] and "error" in answers[4], answers
     assert answers[3]["result"]["content"][0]["text"] == "read"
     assert all(not str(a.get("id")).startswith(ID_PREFIX) for a in answers.values())
@@ -239,7 +240,7 @@ async def test_over_http_a_listing_the_server_never_answers_holds_no_request(tmp
         async with httpx.AsyncClient(timeout=60) as http:
             body, headers = modern_call(2, "read", {})
             answer = _answer(await http.post(proxy.url, json=body, headers=headers))
-        records = [json.loads(line) for line in proxy.events_file.read_text().splitlines() if line.strip()]
+        records = read_jsonl(proxy.events_file, strict=True)
     assert answer["result"]["content"][0]["text"] == "read", answer  # it went on, unfaulted (tools unknown)
     [listed] = [r for r in records if r.get("event") == "tools_listed"]
     assert listed["outcome"] == "error", listed

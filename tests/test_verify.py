@@ -4,7 +4,6 @@ reliability hints ask for one. End to end through the real proxy and the mock se
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from mcpfault.harness.agents import verify
 from mcpfault.harness.agents.llm import prompts
 from mcpfault.harness.agents.policies import AGENT_NAMES, MECHANISMS
 from mcpfault.harness.lies import agent_lies
+from mcpfault.protocol.jsonlines import read_jsonl
 
 STATUS = {
     "device_id": "d1",
@@ -178,9 +178,7 @@ def test_resilient_rereads_when_a_swapped_listing_disagrees_with_the_device(tmp_
     assert {r.verify_reads for r in records if not r.fault_modes} == {1}
     swapped = [r for r in records if "lie:swap" in r.fault_modes]
     assert swapped and any(r.verify_reads >= 3 for r in swapped)  # the status and the listing read again
-    attempts = [
-        json.loads(line) for line in next((tmp_path / "bench").rglob("attempts.jsonl")).read_text().splitlines()
-    ]
+    attempts = read_jsonl(next((tmp_path / "bench").rglob("attempts.jsonl")), strict=True)
     rereads = {a["task"] for a in attempts if a["tool"] in ("get_device_status", "list_devices") and a["attempt"] > 1}
     assert rereads and rereads <= {r.task_index for r in swapped}
 

@@ -12,20 +12,28 @@ from pathlib import Path
 from typing import Any
 
 
-def read_jsonl(path: Path) -> list[Any]:
+def read_jsonl(path: Path, *, strict: bool = False) -> list[Any]:
     """Every complete record of ``path`` ([] when it does not exist); a line that does not parse (a
-    writer killed mid-line leaves at most one) is skipped."""
+    writer killed mid-line leaves at most one) is skipped.
+
+    ``strict``, for a file whose writer has finished (what a test reads): a missing file raises
+    ``FileNotFoundError`` and a line that does not parse raises ``ValueError`` naming the file and line.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        if strict:
+            raise
         return []
     rows = []
-    for line in data.split(b"\n"):
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
-        except ValueError:
+        except ValueError as error:
+            if strict:
+                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from error
             continue
     return rows
 
