@@ -74,14 +74,8 @@ def agent_bench(
     The agent gets the ``MCPFAULT_*`` contract (README, "Your agent"); the four tool workflows rotate.
     Raises ``UsageError`` for a bad argument and ``MCPFaultError`` when the session broke.
     """
-    import anyio
-
-    from mcpfault.faults import profile as profiles
+    from mcpfault.app.run import plan_session, run_session_dir
     from mcpfault.harness.agents.external import ExternalConfig, external_configs
-    from mcpfault.harness.agents.tasks import plan_tasks
-    from mcpfault.harness.bench import fault_seed
-    from mcpfault.harness.session import SessionPlan, run_session
-    from mcpfault.mock.world import World
 
     command = tuple(str(part) for part in agent_command)
     if isinstance(agent_command, str) or not command:
@@ -92,22 +86,11 @@ def agent_bench(
         raise UsageError(f"transport={transport!r}: choose stdio or http")
     (config,) = external_configs([f"cmd:{name}"], {name: command}, agent_timeout_s).values()
     assert isinstance(config, ExternalConfig)
-    profile_path = profiles.resolve(str(profile))
-    loaded = profiles.load(profile_path)
     directory = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="mcpfault-agent-"))
-    world = World.generate(seed)
-    plan = SessionPlan(
-        profile=profile_path,
-        profile_name=loaded.name,
-        agent=config.label,
-        tasks=tuple(plan_tasks(world, tasks, seed)),
-        out_dir=directory,
-        world_seed=seed,
-        proxy_seed=fault_seed(loaded.seed, seed),
-        transport=transport,
-        external=config,
+    planned = plan_session(
+        str(profile), config.label, directory, tasks=tasks, seed=seed, transport=transport, external=config
     )
-    result = anyio.run(run_session, plan, world)
+    result = run_session_dir(planned)
     if result.error is not None:
         raise MCPFaultError(result.error)
     return AgentRun(

@@ -23,7 +23,9 @@ from mcpfault.analysis.records import TaskRecord, write_records
 from mcpfault.analysis.server import write_accounts
 from mcpfault.harness import bench
 from mcpfault.harness.bench import BenchConfig, BrokenSession
+from mcpfault.harness.session import SessionPlan
 from mcpfault.mock.world import World
+from mcpfault.telemetry.names import TRANSPORT_STDIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,38 +49,50 @@ class BenchOutcome:
 
 
 def config_for(
-    profiles: Sequence[str],
-    agents: Sequence[str],
+    profiles: Sequence[str] | None,
+    agents: Sequence[str] | None,
     out_dir: Path,
     *,
     tasks: int = 100,
     session_tasks: int = 20,
     seed: int = 0,
+    jobs: int = 24,
+    transport: str = TRANSPORT_STDIO,
 ) -> BenchConfig:
-    """A bench of bundled profile names (or .toml paths) x agent names, with the command line's defaults."""
-    names = bench.expand_profile_names(",".join(profiles))
+    """A bench of bundled profile names, groups or .toml paths (None: the default matrix) x agent names
+    (None: the default agents), with the command line's defaults. ``transport``: stdio, http or both; over
+    HTTP the ``http`` profile, whose faults only HTTP has, joins the matrix (and only there)."""
+    names = bench.expand_profile_names(",".join(profiles) if profiles is not None else None)
     return BenchConfig(
         profiles=tuple(bench.resolve_profile(name) for name in names),
-        agents=tuple(agents),
+        agents=tuple(agents) if agents is not None else bench.DEFAULT_AGENTS,
         out_dir=out_dir,
         tasks=tasks,
         session_tasks=session_tasks,
         seed=seed,
-        jobs=24,
+        jobs=jobs,
+        transports=bench.parse_transports(transport),
+        http_only=(bench.resolve_profile("http"),) if transport != TRANSPORT_STDIO else (),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Checked:
+    """A matrix planned and found good: ``run_bench(config, checked=...)`` runs these very plans."""
+
+    config: BenchConfig
     tasks: int  # how many task runs the matrix holds (the progress bar's total)
     warnings: list[str]  # what to tell the user before it runs
+    world: World
+    plans: tuple[SessionPlan, ...]
 
 
 def check(config: BenchConfig) -> Checked:
     """Plan the whole matrix (every name and profile checked: a ``UsageError`` says what is wrong);
     nothing is written."""
-    plans = bench.plan_sessions(config, World.generate(config.seed))
-    return Checked(sum(len(plan.tasks) for plan in plans), bench.bench_warnings(config))
+    world = World.generate(config.seed)
+    plans = tuple(bench.plan_sessions(config, world))
+    return Checked(config, sum(len(plan.tasks) for plan in plans), bench.bench_warnings(config), world, plans)
 
 
 def run_bench(
@@ -88,13 +102,17 @@ def run_bench(
     on_task_done: Callable[[], None] = lambda: None,
     on_session_done: Callable[[Sequence[TaskRecord]], None] = lambda _records: None,
     timeout_s: float | None = None,
+    checked: Checked | None = None,
 ) -> BenchOutcome:
     """Run ``config`` into ``config.out_dir`` and write the run directory; ``command`` is what the report
     says ran it. ``timeout_s``: the sessions still running then are cancelled (and their processes
-    ended), and ``TimeoutError`` is raised."""
-    warnings = bench.bench_warnings(config)
-    world = World.generate(config.seed)
-    plans = bench.plan_sessions(config, world)
+    ended), and ``TimeoutError`` is raised. ``checked``: what ``check(config)`` planned, run as planned
+    rather than planned again."""
+    if checked is None:
+        checked = check(config)
+    elif checked.config != config:
+        raise ValueError("run_bench: checked= was planned for another config; check(config) this one")
+    warnings, world, plans = checked.warnings, checked.world, checked.plans
     rows = bench.matrix_rows(config)  # the order the profiles were given (the plans run slowest first)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 

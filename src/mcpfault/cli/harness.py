@@ -395,9 +395,18 @@ def _write_llm_manifest(args: argparse.Namespace, command: str, variants: Sequen
 
 
 def _output_dir(out: Path | None, default_name: str) -> Path:
+    return _writable(_output_path(out, default_name))
+
+
+def _output_path(out: Path | None, default_name: str) -> Path:
+    """--out, or a new directory under runs/ named for the time and the run."""
     import time
 
-    path = out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_name}"
+    return out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_name}"
+
+
+def _writable(path: Path) -> Path:
+    """``path``, made if it is not there and checked writable; a UsageError says why not."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
@@ -423,19 +432,13 @@ def _console() -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import anyio
-
-    from mcpfault.analysis.records import write_records
+    from mcpfault.app.run import plan_session, run_session_dir
     from mcpfault.faults import profile
     from mcpfault.harness.agents.policies import check_agent_name
-    from mcpfault.harness.agents.tasks import cassette_tasks, plan_tasks
-    from mcpfault.harness.bench import fault_seed, resolve_profile
+    from mcpfault.harness.bench import resolve_profile
     from mcpfault.harness.report import print_model_usage, print_outcomes
-    from mcpfault.harness.session import SessionPlan, run_session
-    from mcpfault.mock.world import World
 
-    profile_path = resolve_profile(args.profile)
-    loaded = profile.load(profile_path)
+    loaded = profile.load(resolve_profile(args.profile))
     llm = None
     external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
     if args.agent == "llm":
@@ -461,19 +464,15 @@ def _run(args: argparse.Namespace) -> int:
     for warning in warnings_of(loaded, Timing(args.tasks, args.deadline)):
         print(f"mcpfault run: warning: {warning.located()}", file=sys.stderr)
     out = _output_dir(args.out, f"{loaded.name}-{agent}")
-    world = World.generate(args.seed)
-    plan = SessionPlan(
-        profile=profile_path,
-        profile_name=loaded.name,
-        agent=agent,
-        tasks=tuple(
-            cassette_tasks(args.tasks, args.cassette_task)
-            if cassette is not None
-            else plan_tasks(world, args.tasks, args.seed, workflows=_workflows(args.workflows))
-        ),
-        out_dir=out,
-        world_seed=args.seed,
-        proxy_seed=fault_seed(loaded.seed, args.seed),
+    planned = plan_session(
+        args.profile,
+        agent,
+        out,
+        tasks=args.tasks,
+        seed=args.seed,
+        workflows=_workflows(args.workflows),
+        server_cassette=cassette,
+        cassette_task=args.cassette_task or "",
         deadline_s=args.deadline,
         task_deadline_s=args.task_deadline_s,
         era=args.era,
@@ -483,7 +482,6 @@ def _run(args: argparse.Namespace) -> int:
         llm=llm,
         probe=probe,
         external=external[0] if external else None,
-        server_cassette=cassette,
     )
     if llm is not None:
         import shlex
@@ -496,15 +494,10 @@ def _run(args: argparse.Namespace) -> int:
     announce_metrics(live.url)
     try:
         with progress(f"{loaded.name} / {agent}", args.tasks, console) as advance:
-            result = anyio.run(run_session, plan, world, advance)
+            result = run_session_dir(planned, on_task_done=advance)
         live.record(result.records)
     finally:
         live.close()
-    write_records(out / "records.jsonl", result.records)
-    from mcpfault.harness.report_html import write_html
-
-    if result.records:  # a session that broke before its first task leaves nothing to show
-        write_html(out)  # report.html: the tasks and their traces in a browser
     over = " over Streamable HTTP" if args.transport == "http" else ""
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
     if result.records:
@@ -528,17 +521,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     from mcpfault.analysis.summary import summarize
     from mcpfault.app import bench as app_bench
-    from mcpfault.harness.bench import (
-        DEFAULT_AGENTS,
-        BenchConfig,
-        expand_profile_names,
-        parse_shard,
-        parse_transports,
-        resolve_profile,
-    )
+    from mcpfault.harness.bench import DEFAULT_AGENTS, parse_shard
     from mcpfault.harness.report import print_model_usage, print_summary
 
-    names = expand_profile_names(args.profiles)
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
     external = external_agents.configs(args, agents, _workflows(args.workflows))
@@ -550,14 +535,18 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     _check_task_deadline(args)
     cassette = _server_cassette(args, agents)
-    config = BenchConfig(
-        profiles=tuple(resolve_profile(n) for n in names),
-        agents=agents,
-        out_dir=Path("."),
-        tasks=args.tasks,
-        session_tasks=args.session_tasks,
-        seed=args.seed,
-        jobs=args.jobs,
+    out = _output_path(args.out, "bench")
+    config = dataclasses.replace(
+        app_bench.config_for(
+            [args.profiles] if args.profiles else None,
+            agents,
+            out,
+            tasks=args.tasks,
+            session_tasks=args.session_tasks,
+            seed=args.seed,
+            jobs=args.jobs,
+            transport=args.transport,
+        ),
         deadline_s=args.deadline,
         task_deadline_s=args.task_deadline_s,
         workflows=_workflows(args.workflows),
@@ -567,10 +556,7 @@ def _bench(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         llm=llm,
         probe=_probe(args.probe),
-        transports=parse_transports(args.transport),
         era=args.era,
-        # Faults only HTTP has: the http profile joins the matrix over HTTP (and only there).
-        http_only=(resolve_profile("http"),) if args.transport != "stdio" else (),
         external=external,
         compress_spans=not args.plain_spans,
         server_cassette=cassette,
@@ -580,7 +566,7 @@ def _bench(args: argparse.Namespace) -> int:
     checked = app_bench.check(config)  # every name and profile checked before the directory exists
     for warning in checked.warnings:
         print(f"mcpfault bench: warning: {warning}", file=sys.stderr)
-    config = dataclasses.replace(config, out_dir=_output_dir(args.out, "bench"))
+    _writable(out)
     command = shlex.join(["mcpfault", *sys.argv[1:]])
     _write_llm_manifest(args, command, llm)
     console = _console()
@@ -590,7 +576,9 @@ def _bench(args: argparse.Namespace) -> int:
     announce_metrics(live.url)
     try:
         with progress("bench", checked.tasks, console) as advance:
-            done = app_bench.run_bench(config, command=command, on_task_done=advance, on_session_done=live.record)
+            done = app_bench.run_bench(
+                config, command=command, on_task_done=advance, on_session_done=live.record, checked=checked
+            )
     finally:
         live.close()
     records = list(done.records)
