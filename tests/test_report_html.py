@@ -296,3 +296,30 @@ def test_the_outcome_table_keeps_the_order_the_profiles_were_given(bench: Path) 
     markdown = (bench / "report.md").read_text(encoding="utf-8")
     assert outcomes.index(">lost_once<") < outcomes.index(">error<"), outcomes[:2000]
     assert markdown.index("| lost_once") < markdown.index("| error")
+
+
+def test_the_silent_callout_lists_its_cells_in_the_outcome_tables_order() -> None:
+    def task(profile: str, agent: str, index: int) -> TaskRecord:
+        return TaskRecord(profile, agent, 0, index, "site_triage", "failed_silent")
+
+    # Records in the order sessions finished (slowest first), profiles given as "lost_once,error", and a
+    # stress profile, whose table comes after the gentle one's.
+    records = (
+        task("storm", "naive", 0),
+        task("error", "resilient", 1),
+        task("error", "naive", 0),
+        task("lost_once", "naive", 2),
+        task("lost_once", "naive", 1),
+    )
+    meta = {"rows": ["storm", "lost_once", "error"]}
+    text = report_html.render_run(report_html.RunData(title="order", records=records, meta=meta))
+    callout = text.split('<section id="silent"', 1)[1].split("</section>", 1)[0]
+    assert "By cell: lost_once / naive: 2, error / naive: 1, error / resilient: 1, storm / naive: 1." in callout
+    listed = [item.split("</a>", 1)[0].split('">', 1)[1] for item in callout.split("<li>")[1:]]
+    assert listed == [
+        "lost_once / naive · session 0 · task 1 (site_triage)",
+        "lost_once / naive · session 0 · task 2 (site_triage)",
+        "error / naive · session 0 · task 0 (site_triage)",
+        "error / resilient · session 0 · task 1 (site_triage)",
+        "storm / naive · session 0 · task 0 (site_triage)",
+    ]

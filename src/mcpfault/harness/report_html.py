@@ -251,7 +251,7 @@ def render_run(data: RunData) -> str:
     body = [
         f"<h1>{_e(data.title)}</h1>",
         _meta_line(data),
-        _silent_section(data.records),
+        _silent_section(data.records, _table_cells(summary)),
         _outcome_section(summary),
         _reliability_section(data.records),
         _exposure_section(summary, data.records),
@@ -327,15 +327,20 @@ def _meta_line(data: RunData) -> str:
     return f'<p class="meta">{" · ".join(parts)}</p>'
 
 
-def _silent_section(records: Sequence[TaskRecord]) -> str:
-    silent = [(i, r) for i, r in enumerate(records) if r.outcome == "failed_silent"]
+def _silent_section(records: Sequence[TaskRecord], table_cells: Sequence[CellSummary]) -> str:
+    """The silent failures, listed and counted by cell in the outcome tables' order (``table_cells``)."""
+    place = {(c.profile, c.agent): n for n, c in enumerate(table_cells)}
+    silent = sorted(
+        ((i, r) for i, r in enumerate(records) if r.outcome == "failed_silent"),
+        key=lambda item: (place.get((item[1].row, item[1].agent), len(place)), item[1].session, item[1].task_index),
+    )
     if not silent:
         return (
             '<section id="silent" class="callout ok"><h2>No silent failures</h2>'
             f"<p>None of the {len(records):,} tasks ended with a wrong answer or wrong state on the server "
             "that its agent did not notice.</p></section>"
         )
-    cells = Counter(f"{r.row} / {r.agent}" for _, r in silent)
+    cells = Counter(f"{r.row} / {r.agent}" for _, r in silent)  # in first-seen order: the tables' order
     listed = "".join(
         f'<li><a href="#task-{i}" data-open="{i}">{_e(r.row)} / {_e(r.agent)} · session {r.session} · task '
         f"{r.task_index} ({_e(r.task)})</a>: {_e(_counted(r.fault_modes) or 'no fault')}"
@@ -343,7 +348,7 @@ def _silent_section(records: Sequence[TaskRecord]) -> str:
         for i, r in silent[:25]
     )
     more = f"<p>... and {len(silent) - 25} more: filter the task list by failed_silent.</p>" if len(silent) > 25 else ""
-    by_cell = ", ".join(f"{_e(cell)}: {count}" for cell, count in sorted(cells.items()))
+    by_cell = ", ".join(f"{_e(cell)}: {count}" for cell, count in cells.items())
     return (
         '<section id="silent" class="callout bad">'
         f"<h2>{len(silent)} silent failure{'s' if len(silent) != 1 else ''}</h2>"
@@ -359,6 +364,12 @@ def _counted(items: Sequence[str]) -> str:
     """``a (3 times), b``: each distinct item once, in first-seen order, with how often it repeats."""
     counts = Counter(items)
     return ", ".join(item if counts[item] == 1 else f"{item} ({counts[item]} times)" for item in dict.fromkeys(items))
+
+
+def _table_cells(summary: Summary) -> list[CellSummary]:
+    """The cells in the order the outcome tables show them: the gentle profiles' table, then the stress one."""
+    gentle = [c for c in summary.cells if c.profile not in STRESS_PROFILES]
+    return gentle + [c for c in summary.cells if c.profile in STRESS_PROFILES]
 
 
 def _outcome_section(summary: Summary) -> str:
