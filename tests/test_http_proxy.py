@@ -370,7 +370,7 @@ def test_legacy_session_headers_pass_through(upstream: SdkHttpServer, tmp_path: 
     ("options", "expected"),
     [
         (["--listen", "nonsense", "--upstream", "http://127.0.0.1:1/mcp"], "expected HOST:PORT"),
-        (["--listen", "127.0.0.1:0", "--upstream", "ftp://127.0.0.1/mcp"], "http:// or https://"),
+        (["--listen", "127.0.0.1:0", "--upstream", "ftp://127.0.0.1/mcp"], "is not an http(s) URL with a host"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://user:pw@127.0.0.1:1/mcp"], "not in the URL"),
         (["--listen", "127.0.0.1:0"], "--listen needs --upstream"),
         (["--upstream", "http://127.0.0.1:1/mcp"], "--upstream needs --listen"),

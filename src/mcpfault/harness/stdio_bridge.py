@@ -24,8 +24,8 @@ from typing import IO, Any, Final
 import anyio
 from yarl import URL
 
-from mcpfault.errors import UsageError
 from mcpfault.harness.http_client import MAX_ANSWER_BYTES, retry_after_s
+from mcpfault.loopback import check_http_url
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import LEGACY_VERSIONS
 from mcpfault.proxy import sse
@@ -40,10 +40,8 @@ TRANSPORT_ERROR: Final = jsonrpc.UPSTREAM_UNAVAILABLE
 
 
 def check_url(text: str) -> URL:
-    url = URL(text)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(f"connect {text!r}: give the MCP endpoint's http(s) URL, e.g. http://127.0.0.1:8080/mcp")
-    return url
+    check_http_url(text, "URL", "the MCP endpoint's URL, e.g. http://127.0.0.1:8080/mcp")
+    return URL(text.strip())
 
 
 class StdioBridge:

@@ -30,7 +30,7 @@ from yarl import URL
 
 from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpBehaviour
-from mcpfault.loopback import parse_host_port, require_token_beyond_loopback
+from mcpfault.loopback import check_http_url, parse_host_port, require_token_beyond_loopback
 from mcpfault.protocol import headers as mirrored
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
@@ -83,14 +83,8 @@ def parse_listen(value: str) -> ListenAddress:
 
 def parse_upstream(value: str) -> URL:
     """An http(s) URL with a host: the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp."""
-    try:
-        url = URL(value.strip())
-    except ValueError as exc:
-        raise UsageError(f"--upstream {value!r}: not a URL ({exc})") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(
-            f"--upstream {value!r}: expected an http:// or https:// URL with a host, e.g. http://127.0.0.1:3000/mcp"
-        )
+    check_http_url(value, "--upstream", "the server's MCP endpoint, e.g. http://127.0.0.1:3000/mcp")
+    url = URL(value.strip())
     if url.user or url.password:
         raise UsageError(
             "--upstream: put credentials in headers the client sends, not in the URL (they would be logged)"
