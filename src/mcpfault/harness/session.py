@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -319,27 +319,7 @@ async def _run_tasks(
     log_path = plan.out_dir / "proxy.log"
     with log_path.open("wb") as proxy_log:
         tracer = trace.tracer if trace is not None else None
-        client: StdioClient
-        if plan.transport == TRANSPORT_HTTP:
-            client = HttpClient(
-                listen_command(proxy_command(plan)),
-                ready_path=plan.out_dir / READY_FILE,
-                log_path=log_path,
-                deadline_s=plan.deadline_s,
-                era=plan.era,
-                stderr=proxy_log,
-                tracer=tracer,
-                launcher=launcher,
-            )
-        else:
-            client = StdioClient(
-                proxy_command(plan),
-                deadline_s=plan.deadline_s,
-                era=plan.era,
-                stderr=proxy_log,
-                tracer=tracer,
-                launcher=launcher,
-            )
+        client = _client_for(plan, log_path, proxy_log, tracer, launcher)
         client.span_parent = trace.context if trace is not None else None
         try:
             async with contextlib.AsyncExitStack() as stack, client:
@@ -373,30 +353,7 @@ async def _run_tasks(
         await trace.flush()
         spans = traces.read_session_spans(plan.out_dir)
         spans = dataclasses.replace(spans, client=[*spans.client, *trace.open_tasks()])
-    try:
-        judged = judge_session(plan, world, result.runs, attempts, spans)
-    except MCPFaultError as exc:
-        # A session that broke first keeps its own reason: the missing state is a consequence of it.
-        result.error = str(exc) if result.error is None else f"{result.error} (and nothing could be judged: {exc})"
-    else:
-        result.records, result.join_mismatches = judged.records, judged.mismatches
-        if usage is not None:
-            result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
-        if plan.external is not None and agent is not None:
-            from mcpfault.harness.agents.external import with_agent_account
-
-            result.records = [with_agent_account(r, agent) for r in result.records]
-        if plan.trial:
-            result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
-        if plan.world_seed:
-            result.records = [dataclasses.replace(r, seed=plan.world_seed) for r in result.records]
-        if plan.transport != TRANSPORT_STDIO:
-            result.records = [dataclasses.replace(r, transport=plan.transport) for r in result.records]
-        if judged.mismatches and result.error is None:
-            result.error = (
-                f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the proxy's "
-                f"events, the server's state or the probe ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
-            )
+    _judge_into(result, world, attempts, spans, usage=usage, agent=agent)
     result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
     result.server = account_of(
         read_server_events(plan.out_dir / "events.jsonl"),
@@ -405,6 +362,69 @@ async def _run_tasks(
         session=plan.session,
         trial=plan.trial,
     )
+
+
+def _client_for(
+    plan: SessionPlan, log_path: Path, proxy_log: IO[bytes], tracer: Any, launcher: ForkServer | None
+) -> StdioClient:
+    """The agent's MCP client: the proxy over stdio, or its HTTP bridge found by its readiness record."""
+    if plan.transport == TRANSPORT_HTTP:
+        return HttpClient(
+            listen_command(proxy_command(plan)),
+            ready_path=plan.out_dir / READY_FILE,
+            log_path=log_path,
+            deadline_s=plan.deadline_s,
+            era=plan.era,
+            stderr=proxy_log,
+            tracer=tracer,
+            launcher=launcher,
+        )
+    return StdioClient(
+        proxy_command(plan),
+        deadline_s=plan.deadline_s,
+        era=plan.era,
+        stderr=proxy_log,
+        tracer=tracer,
+        launcher=launcher,
+    )
+
+
+def _judge_into(
+    result: SessionResult,
+    world: World,
+    attempts: list[dict[str, Any]],
+    spans: traces.SessionSpans | None,
+    *,
+    usage: dict[int, Any] | None,
+    agent: Any,
+) -> None:
+    """Judge the session's runs into ``result.records``, each carrying the plan's trial, seed and transport
+    (and the agent's account: its model usage, an external agent's stderr); what failed goes to ``error``."""
+    plan = result.plan
+    try:
+        judged = judge_session(plan, world, result.runs, attempts, spans)
+    except MCPFaultError as exc:
+        # A session that broke first keeps its own reason: the missing state is a consequence of it.
+        result.error = str(exc) if result.error is None else f"{result.error} (and nothing could be judged: {exc})"
+        return
+    result.records, result.join_mismatches = judged.records, judged.mismatches
+    if usage is not None:
+        result.records = [_with_usage(r, usage.get(r.task_index)) for r in result.records]
+    if plan.external is not None and agent is not None:
+        from mcpfault.harness.agents.external import with_agent_account
+
+        result.records = [with_agent_account(r, agent) for r in result.records]
+    if plan.trial:
+        result.records = [dataclasses.replace(r, trial=plan.trial) for r in result.records]
+    if plan.world_seed:
+        result.records = [dataclasses.replace(r, seed=plan.world_seed) for r in result.records]
+    if plan.transport != TRANSPORT_STDIO:
+        result.records = [dataclasses.replace(r, transport=plan.transport) for r in result.records]
+    if judged.mismatches and result.error is None:
+        result.error = (
+            f"session {plan.session} of {plan.profile_name}/{plan.agent}: the traces disagree with the proxy's "
+            f"events, the server's state or the probe ({'; '.join(judged.mismatches[:3])}); see {plan.out_dir}"
+        )
 
 
 def _connect_deadline(plan: SessionPlan) -> dict[str, float]:
