@@ -313,22 +313,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         raw.get("resources", ["*"]), report, "resources", _URI_GLOB_CHARS, "URIs use printable characters"
     )
     prompts = _tools(raw.get("prompts", ["*"]), report, "prompts")
-    direction = raw.get("direction", "client_to_server")
-    if direction not in DIRECTIONS:
-        report("direction", f"got {direction!r}; expected one of: {', '.join(DIRECTIONS)}")
-        direction = "client_to_server"
-    towards_client = direction == "server_to_client"
-    if towards_client and "methods" not in raw:
-        report(
-            "methods",
-            f"a server_to_client rule names the server requests it acts on: {', '.join(sorted(SERVER_REQUESTS))}",
-        )
-    methods = _methods(
-        raw.get("methods", ["tools/call"]),
-        report,
-        SERVER_REQUESTS if towards_client else REQUESTS | NOTIFICATIONS,
-        direction,
-    )
+    direction, methods = _direction_and_methods(raw, report)
     probability = _probability(raw.get("probability", 1.0), report)
     read_only = raw.get("read_only")
     if read_only is not None and not isinstance(read_only, bool):
@@ -342,12 +327,7 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
     duration_s = (
         None if "duration_s" in own_fields else _seconds(raw.get("duration_s"), "duration_s", report, positive=True)
     )
-    sessions = raw.get("sessions")
-    if sessions is not None and (
-        not isinstance(sessions, int | float) or isinstance(sessions, bool) or not 0 < sessions <= 1
-    ):
-        report("sessions", f"got {sessions!r}; expected the share of HTTP sessions, a number in (0, 1]")
-        sessions = None
+    sessions = _sessions(raw.get("sessions"), report)
 
     fault = None
     if fault_type is not None:
@@ -376,8 +356,40 @@ def _rule(index: int, raw: Any, source: str, catalog: Catalog, problems: list[Pr
         matches_tool=_matcher(tools),
         start_after_s=start_after_s,
         duration_s=duration_s,
-        sessions=float(sessions) if sessions is not None else None,
+        sessions=sessions,
     )
+
+
+def _direction_and_methods(raw: Mapping[str, Any], report: Callable[[str, str], None]) -> tuple[str, frozenset[str]]:
+    """The rule's direction and the methods it acts on: client requests and notifications by default
+    (tools/call), or server requests, which a server_to_client rule must name."""
+    direction = raw.get("direction", "client_to_server")
+    if direction not in DIRECTIONS:
+        report("direction", f"got {direction!r}; expected one of: {', '.join(DIRECTIONS)}")
+        direction = "client_to_server"
+    towards_client = direction == "server_to_client"
+    if towards_client and "methods" not in raw:
+        report(
+            "methods",
+            f"a server_to_client rule names the server requests it acts on: {', '.join(sorted(SERVER_REQUESTS))}",
+        )
+    methods = _methods(
+        raw.get("methods", ["tools/call"]),
+        report,
+        SERVER_REQUESTS if towards_client else REQUESTS | NOTIFICATIONS,
+        direction,
+    )
+    return str(direction), methods
+
+
+def _sessions(value: Any, report: Callable[[str, str], None]) -> float | None:
+    """``sessions``: the share of HTTP sessions the rule acts in, in (0, 1]; None for every session."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+        report("sessions", f"got {value!r}; expected the share of HTTP sessions, a number in (0, 1]")
+        return None
+    return float(value)
 
 
 def changed_rule(rule: Rule, changes: Mapping[str, Any], source: str) -> Rule:
