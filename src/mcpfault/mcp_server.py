@@ -22,7 +22,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -34,6 +34,9 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from mcpfault.app.toml_text import toml_text
 from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
 from mcpfault.loopback import UrlError, check_http_url, is_loopback
+
+if TYPE_CHECKING:
+    from mcpfault.api import AuditOutcome
 
 WORKDIR_VARIABLE = "MCPFAULT_WORKDIR"
 MAX_TEXT_BYTES = 256 * 1024
@@ -550,6 +553,11 @@ async def audit_server(
             outcome = await anyio.to_thread.run_sync(perform)
     except MCPFaultError as exc:
         raise ToolError(f"the audit did not run: {exc}") from None
+    return _audit_run(outcome, fail_on)
+
+
+def _audit_run(outcome: AuditOutcome, fail_on: str) -> AuditRun:
+    """What audit_server answers: the plan, each tool's findings, and where audit.json is."""
     summary = [
         {
             "name": t["name"],
