@@ -227,3 +227,15 @@ def test_a_fault_setting_named_like_a_generic_key_is_the_faults() -> None:
     assert rule.duration_s is None and rule.start_after_s == 1.0
     windowed = profile.loads('[[faults]]\ntype = "error"\nstart_after_s = 30\nduration_s = 10\n').rules[0]
     assert windowed.duration_s == 10.0 and not windowed.in_window(41) and windowed.in_window(35)
+
+
+def test_a_profile_read_again_is_parsed_once_and_a_changed_file_is_read_anew(tmp_path: Path) -> None:
+    first, copy = tmp_path / "a.toml", tmp_path / "copy.toml"
+    text = 'name = "a"\n\n[[faults]]\ntype = "error"\nmode = "tool"\nprobability = 0.5\n'
+    first.write_text(text)
+    copy.write_text(text)
+    once = profile.load(first)
+    assert profile.load(first) is once  # parsed once
+    assert profile.load(copy).source == str(copy) and profile.load(copy).rules == once.rules
+    first.write_text(text.replace("0.5", "0.2"))  # the same size, written at once: still read anew
+    assert profile.load(first).rules[0].probability == 0.2

@@ -203,7 +203,20 @@ def load(path: str | Path, catalog: Catalog = CATALOG) -> Profile:
         raise ProfileError([Problem(str(path), None, "file", _a_directory(path))]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError([Problem(str(path), None, "file", f"cannot be read: {exc}")]) from None
-    return loads(text, source=str(path), catalog=catalog)
+    if catalog is not CATALOG:
+        return loads(text, source=str(path), catalog=catalog)
+    # A profile of the bundled catalog is parsed once per text: a bench reads each of its profiles (and
+    # each session's copy) for every session it plans, warns about and judges. A Profile is immutable.
+    parsed = _PARSED.get(text)
+    if parsed is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        parsed = _PARSED[text] = loads(text, source=str(path))
+    return parsed if parsed.source == str(path) else dataclasses.replace(parsed, source=str(path))
+
+
+_PARSED: dict[str, Profile] = {}
+_PARSED_MAX = 256
 
 
 def loads(text: str, source: str = "<memory>", catalog: Catalog = CATALOG) -> Profile:
