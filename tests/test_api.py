@@ -168,3 +168,23 @@ def test_run_experiment_returns_its_outcome(tmp_path: Path) -> None:
     with pytest.raises(api.ExperimentError) as invalid:
         api.run_experiment(bad)
     assert "eror" in str(invalid.value)
+
+
+def test_profiles_rules_experiments_and_the_catalog_are_checked_through_the_public_api() -> None:
+    by_name = {kind.name: kind for kind in api.fault_types()}
+    assert {"error", "latency", "crash"} <= set(by_name)
+    assert "tool" in by_name["error"].modes and "stdio" in by_name["error"].transports
+    assert by_name["crash"].needs_process and by_name["error"].description
+    assert "mixed" in api.bundled_profiles() and api.scripted_agents() == ("naive", "retry-only", "resilient")
+    text = 'name = "mine"\n\n[[faults]]\ntype = "error"\nmode = "tool"\nprobability = 0.5\n'
+    assert api.check_profile(text) == api.ProfileInfo("mine", 1)
+    assert api.check_profile({"name": "tables", "faults": []}) == api.ProfileInfo("tables", 0)
+    with pytest.raises(api.ProfileError) as refused:
+        api.check_profile(text.replace("0.5", "2"), source="mine.toml")
+    assert any(problem.field == "probability" for problem in refused.value.problems)
+    with pytest.raises(api.ProfileError):
+        api.check_rule({"type": "no-such-fault"}, source="a rule")
+    plan = api.load_experiment("server-killed")
+    assert isinstance(plan, api.ExperimentPlan) and plan.total_s > 0
+    with pytest.raises(api.ExperimentError):
+        api.load_experiment({"title": "no method"}, source="mine")

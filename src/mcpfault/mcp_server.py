@@ -32,7 +32,7 @@ from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from mcpfault.app.toml_text import toml_text
-from mcpfault.errors import MCPFaultError, ProblemsError, UsageError
+from mcpfault.errors import MCPFaultError, ProblemsError, ProfileError, UsageError
 from mcpfault.loopback import UrlError, check_http_url, is_loopback
 
 if TYPE_CHECKING:
@@ -219,10 +219,10 @@ def _text_bound(text: str, what: str) -> None:
 
 def _checked_rule(rule: dict[str, Any]) -> None:
     """A rule checked as a profile's is (NaN and Infinity refused by name), before a dry run says it would add it."""
-    from mcpfault.faults.profile import rule_from_mapping
+    from mcpfault.api import check_rule
 
     try:
-        rule_from_mapping(rule, source="set_faults rule")
+        check_rule(rule, source="set_faults rule")
     except ProblemsError as exc:
         raise ToolError("rule refused: " + "; ".join(_problems(exc))) from None
 
@@ -239,25 +239,24 @@ def _problems(exc: ProblemsError) -> list[str]:
 
 def list_fault_types() -> FaultTypes:
     """Every fault type a profile's [[faults]] rule can use, with its modes and transports."""
-    from mcpfault.faults.catalog import CATALOG
+    from mcpfault.api import fault_types
 
     types: list[FaultType] = [
         {
-            "name": kind.type_name,
-            "modes": list(kind.MODES),
-            "transports": sorted(kind.transports),
-            "needs_process": bool(kind.needs_process),
-            "description": (kind.__doc__ or "").strip().splitlines()[0] if kind.__doc__ else "",
+            "name": kind.name,
+            "modes": list(kind.modes),
+            "transports": list(kind.transports),
+            "needs_process": kind.needs_process,
+            "description": kind.description,
         }
-        for kind in CATALOG
+        for kind in fault_types()
     ]
     return {"fault_types": types}
 
 
 def validate_profile(text: str | None = None, path: str | None = None) -> Validation:
     """Validate a fault profile given as TOML text or as a path in the work directory (one of them)."""
-    from mcpfault.errors import ProfileError
-    from mcpfault.faults import profile
+    from mcpfault.api import check_profile
 
     if (text is None) == (path is None):
         raise ToolError("give either text (the profile's TOML) or path (a file in the work directory)")
@@ -271,10 +270,10 @@ def validate_profile(text: str | None = None, path: str | None = None) -> Valida
         _text_bound(text, "text")
         source = "<text>"
     try:
-        loaded = profile.loads(text, source=source)
+        checked = check_profile(text, source=source)
     except ProfileError as exc:
         return {"valid": False, "name": None, "rules": 0, "problems": _problems(exc)}
-    return {"valid": True, "name": loaded.name, "rules": len(loaded.rules), "problems": []}
+    return {"valid": True, "name": checked.name, "rules": checked.rules, "problems": []}
 
 
 def write_profile(
@@ -288,15 +287,14 @@ def write_profile(
 ) -> Written:
     """Write a validated fault profile (``faults``: a list of [[faults]] tables) to a .toml path in the
     work directory. Overwriting an existing file needs dry_run=false and confirm_destructive=true."""
-    from mcpfault.errors import ProfileError
-    from mcpfault.faults import profile
+    from mcpfault.api import check_profile
 
     target = confine(path)
     if target.suffix != ".toml":
         raise ToolError(f"path {path!r}: a profile file ends in .toml")
     document = {"name": _name(name, "name"), "seed": int(seed), "faults": list(faults)}
     try:
-        profile.from_mapping(document, source=_relative(target))
+        check_profile(document, source=_relative(target))
     except ProfileError as exc:
         raise ToolError("the profile is not valid; nothing was written:\n" + "\n".join(_problems(exc))) from None
     return _write(target, toml_text(document), dry_run, confirm_destructive, "profile")
@@ -311,7 +309,7 @@ def write_experiment(
     """Write a validated experiment (the mapping of an experiment file: title, load, hypothesis,
     method, stop_conditions) to a .toml path in the work directory. A target server command must be
     an argv list (it is never run through a shell). Overwriting needs both confirmations."""
-    from mcpfault.experiments import plan
+    from mcpfault.api import load_experiment
 
     target = confine(path)
     if target.suffix != ".toml":
@@ -323,7 +321,7 @@ def write_experiment(
         raise ToolError("target.command must be an argv list of non-empty strings, e.g. ['mcpfault', 'mock-server']")
     try:
         text = toml_text(experiment)
-        plan.from_mapping(tomllib.loads(text), source=_relative(target))
+        load_experiment(tomllib.loads(text), source=_relative(target))
     except ValueError as exc:
         raise ToolError(f"the experiment cannot be written as TOML: {exc}") from None
     except ProblemsError as exc:
@@ -334,11 +332,11 @@ def write_experiment(
 async def run_experiment(path: str, dry_run: bool = True, confirm_destructive: bool = False) -> ExperimentRun:
     """Run an experiment file of the work directory (at most 10 minutes). A dry run (the default)
     validates it and says what would happen; it runs only with dry_run=false and confirm_destructive=true."""
-    from mcpfault.experiments import plan as plans
+    from mcpfault.api import load_experiment
 
     file = confine(path, must_exist=True)
     try:
-        loaded = plans.load(file)
+        loaded = load_experiment(file)
     except ProblemsError as exc:
         raise ToolError("the experiment is not valid:\n" + "\n".join(_problems(exc))) from None
     if loaded.total_s > MAX_EXPERIMENT_S:
@@ -368,12 +366,10 @@ async def run_experiment(path: str, dry_run: bool = True, confirm_destructive: b
 async def run_bench(profile: str = "error", agent: str = "resilient", tasks: int = 20, seed: int = 0) -> BenchRun:
     """Run the benchmark on the bundled mock: one bundled profile x one agent, at most 100 tasks and
     300 s; its run directory goes under runs/ in the work directory (read it with read_report)."""
-    from mcpfault.analysis.summary import AGENT_ORDER
-    from mcpfault.api import task_outcomes
-    from mcpfault.faults.profile import bundled
+    from mcpfault.api import bundled_profiles, scripted_agents, task_outcomes
 
-    _name(profile, "profile", set(bundled()))
-    _name(agent, "agent", set(AGENT_ORDER))
+    _name(profile, "profile", set(bundled_profiles()))
+    _name(agent, "agent", set(scripted_agents()))
     if not isinstance(tasks, int) or not 1 <= tasks <= MAX_BENCH_TASKS:
         raise ToolError(f"tasks {tasks!r}: give an integer in [1, {MAX_BENCH_TASKS}]")
     from mcpfault.app import bench as app_bench  # the harness, imported when a bench runs

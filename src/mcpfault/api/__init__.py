@@ -16,6 +16,11 @@ run_experiment(path)  perform an experiment file; its ExperimentOutcome (verdict
 task_outcomes(dir)    tasks by outcome in a finished bench run directory
 audit(command)        ``mcpfault audit``: retry-safety and truthful hints per tool (a dry run unless confirm=True)
 agent_bench(argv)     your agent (the MCPFAULT_* contract) on N tasks under a profile: an AgentRun of TaskOutcomes
+fault_types()         every fault type a rule can name (FaultTypeInfo: modes, transports, description)
+bundled_profiles()    the bundled profiles by name; scripted_agents() the scripted agents
+check_profile(doc)    a profile (TOML text or tables) checked: its ProfileInfo, or ProfileError
+check_rule(table)     one [[faults]] rule checked as a profile's is
+load_experiment(doc)  an experiment (a path, a bundled name or tables) checked: its ExperimentPlan
 InjectedFault         one injected fault: type, mode, rule, method, tool, request id, span id
 SpanView              one span as read back from a spans file
 
@@ -40,12 +45,23 @@ Example::
 
 from mcpfault.api._agents import AgentRun, TaskOutcome, agent_bench
 from mcpfault.api._audit import AuditOutcome, audit
+from mcpfault.api._documents import (
+    FaultTypeInfo,
+    ProfileInfo,
+    bundled_profiles,
+    check_profile,
+    check_rule,
+    fault_types,
+    load_experiment,
+    scripted_agents,
+)
 from mcpfault.api._experiments import run_experiment
 from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
 from mcpfault.api._runs import task_outcomes
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.errors import MCPFaultError, ProfileError, UsageError
 from mcpfault.experiments.plan import ExperimentError
+from mcpfault.experiments.plan import Plan as ExperimentPlan
 from mcpfault.experiments.runner import Outcome as ExperimentOutcome
 from mcpfault.telemetry.span_files import SpanView
 
@@ -63,6 +79,16 @@ __all__ = [
     # auditing a server's tools
     "audit",
     "AuditOutcome",
+    # profiles, rules, experiments and the catalog
+    "fault_types",
+    "FaultTypeInfo",
+    "bundled_profiles",
+    "scripted_agents",
+    "check_profile",
+    "ProfileInfo",
+    "check_rule",
+    "load_experiment",
+    "ExperimentPlan",
     # your agent, judged
     "agent_bench",
     "AgentRun",
