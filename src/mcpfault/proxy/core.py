@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -33,7 +33,7 @@ from mcpfault.faults.engine import PASS, Decision, Engine
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import HANDSHAKE_METHODS, META_PROTOCOL_VERSION, Era, EraTracker
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy.events import EventSink
+from mcpfault.proxy.events import EventSink, utc_now
 from mcpfault.proxy.replies import server_gone_reply
 from mcpfault.proxy.tool_listing import WAIT_S as LISTING_WAIT_S
 from mcpfault.proxy.tool_listing import ToolListing, is_own_id
@@ -183,6 +183,7 @@ class ProxyCore:
         observers: Sequence[RequestObserver] = (),
         propagate: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = utc_now,
         stats: Stats | None = None,
         era: EraTracker | None = None,
         epoch: float | None = None,
@@ -200,6 +201,7 @@ class ProxyCore:
         only = self._observers[0] if len(self._observers) == 1 else None
         self._deferring: DeferringObserver | None = only if getattr(only, "defers", False) else None  # type: ignore[assignment]
         self._clock = clock
+        self._wall_clock = wall_clock  # each record's ``time``; ``clock`` times its duration
         self._in_flight: dict[tuple[bool, object], InFlight] = {}
         self._reused: dict[tuple[bool, object], deque[InFlight]] = {}
         self._server_requests: dict[tuple[bool, object], InFlight] = {}  # observed only, bounded by the peer
@@ -1103,7 +1105,7 @@ class ProxyCore:
         if deferred is not None:
             deferred.append((record, started, later_s))
             return
-        record["time"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+        record["time"] = self._wall_clock().isoformat(timespec="milliseconds")
         record["duration_s"] = round(self._clock() - started + later_s, 6)
         self._events.write(record)
 
