@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from mcpfault.faults import profile
@@ -192,3 +193,46 @@ def test_summary_says_none_counts_both_eras_and_when_a_drift_took_hold() -> None
     text = summary_of(drift)
     assert "in force from call 3" in text  # after = 2: the third call is the first drifted one
     assert "eras legacy 2, modern 3" in text
+
+
+def test_records_take_their_time_from_the_injected_clocks() -> None:
+    """Sans-IO: the record's ``time`` is the wall clock given, its duration the core clock's."""
+    sink = MemoryEventSink()
+    ticks = [10.0]
+    wall = datetime(2026, 12, 4, 18, 30, 5, 123456, tzinfo=UTC)
+    rule = '[[faults]]\nname = "boom"\ntype = "error"\ntools = ["echo"]\nprobability = 1.0\n'
+    proxy = ProxyCore(Engine(profile.loads(rule)), events=sink, clock=lambda: ticks[0], wall_clock=lambda: wall)
+    proxy.from_client(call(1, "plain"))
+    ticks[0] = 10.25
+    proxy.from_server(answer(1, ok=True))
+    proxy.from_client(call(2, "echo"))
+    base = {"time": "2026-12-04T18:30:05.123+00:00", "upstream_request_modified": False, "era": "unknown"}
+    assert sink.records == [
+        {
+            **base,
+            "request_id": 1,
+            "method": "tools/call",
+            "tool": "plain",
+            "rule": None,
+            "fault_type": None,
+            "fault_mode": None,
+            "upstream_contacted": True,
+            "client_received": "response",
+            "duration_s": 0.25,
+            "protocol_version": None,
+        },
+        {
+            **base,
+            "request_id": 2,
+            "method": "tools/call",
+            "tool": "echo",
+            "rule": "boom",
+            "fault_type": "error",
+            "fault_mode": "protocol",
+            "upstream_contacted": False,
+            "client_received": "error",
+            "duration_s": 0.0,
+            "protocol_version": None,
+            "error_code": -32603,
+        },
+    ]
