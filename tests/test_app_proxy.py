@@ -25,7 +25,6 @@ import pytest
 from mcpfault.app import proxy as app_proxy
 from mcpfault.app import ready
 from mcpfault.errors import UsageError
-from mcpfault.telemetry import logging as mcpfault_logging
 from tests.conftest import write_profile
 from tests.http_support import SdkHttpServer, modern_call, sdk_server
 
@@ -62,12 +61,6 @@ class Heard(app_proxy.Announcements):
 
     def summary(self, ended: app_proxy.Ended) -> None:
         self.ended = ended
-
-
-@pytest.fixture(autouse=True)
-def _logging_as_it_was() -> Iterator[None]:
-    yield
-    mcpfault_logging.reset()  # run() configured the process's logging, as the command does
 
 
 def _client_beside(work: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
