@@ -1,9 +1,11 @@
 """The layer contracts (import-linter, pyproject.toml): the README draws exactly them, they hold, and an
-upward import breaks them (shown on a copy of the package, never on the tree itself)."""
+upward import breaks them (shown on a copy of the package, never on the tree itself); and the one module
+that builds a ``python -m mcpfault`` command line."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,3 +57,17 @@ def test_the_contracts_hold_and_an_upward_import_breaks_them(tmp_path: Path) -> 
     assert broken.returncode == 1
     assert "mcpfault.faults.engine -> mcpfault.proxy.core" in broken.stdout
     assert "Layers point down BROKEN" in broken.stdout
+
+
+def test_one_module_builds_a_python_m_mcpfault_command_line() -> None:
+    """app/argv.py: another spelling of ``python -m mcpfault`` is one the bench's fork server does not
+    recognise (``is_mcpfault_argv``), and one more place to change."""
+    src = ROOT / "src" / "mcpfault"
+    spelled = [
+        f"{path.relative_to(src).as_posix()}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        if path != src / "app" / "argv.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"""["']-m["'],\s*["']mcpfault["']""", line)
+    ]
+    assert spelled == [], spelled

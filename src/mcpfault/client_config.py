@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
 
@@ -86,7 +87,7 @@ def _mcpfault_command() -> list[str]:
     script = Path(sys.executable).parent / "mcpfault"
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-m", "mcpfault"]
+    return mcpfault_argv()
 
 
 def _name_of(server: Sequence[str]) -> str:

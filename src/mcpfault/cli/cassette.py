@@ -131,10 +131,10 @@ def _record(args: argparse.Namespace) -> int:
         redact = [option for name in args.redact for option in ("--redact", name)]
         # Clients of both eras reach a recorder each: they join one recording, whose id and start they share.
         joined = ["--recording", uuid.uuid4().hex, "--recording-epoch", repr(time.time())]
-        recording = ["-m", "mcpfault", "record", "--out", str(args.out), *redact, *joined, "--", *command]
+        recording = mcpfault_argv("record", "--out", str(args.out), *redact, *joined, "--", *command)
         profile = args.config if args.config is not None else "baseline"
         proxy = mcpfault_argv("proxy", "--config", profile, "--listen", args.listen, "--")
-        os.execv(sys.executable, [*proxy, sys.executable, *recording])
+        os.execv(sys.executable, [*proxy, *recording])
     joining = None
     if args.recording is not None:
         joining = Joining(args.recording, args.recording_epoch if args.recording_epoch is not None else time.time())
@@ -167,10 +167,10 @@ def _replay(args: argparse.Namespace) -> int:
         # The replaying server behind the project's proxy: its faults, its HTTP endpoint; no second copy.
         seed = ["--seed", str(args.seed)] if args.seed is not None else []
         listen = ["--listen", args.listen] if args.listen is not None else []
-        replaying = ["-m", "mcpfault", "replay", str(args.cassette), "--match", args.match, "--timing", args.timing]
+        replaying = mcpfault_argv("replay", str(args.cassette), "--match", args.match, "--timing", args.timing)
         profile = args.config if args.config is not None else "baseline"
         command = mcpfault_argv("proxy", "--config", profile, *seed, *listen, "--")
-        os.execv(sys.executable, [*command, sys.executable, *replaying])
+        os.execv(sys.executable, [*command, *replaying])
     return serve_stdio(args.cassette, args.match, args.timing)
 
 
