@@ -230,7 +230,7 @@ def test_an_http_proxy_in_front_of_an_upstream_serves_until_a_signal(upstream: S
         ({"dry_run": True}, "--dry-run needs the server command"),
         ({"upstream": "http://127.0.0.1:1/mcp"}, "--upstream needs --listen"),
         ({"listen": "127.0.0.1:0"}, "--listen needs --upstream URL"),
-        ({"listen": "127.0.0.1:0", "upstream": "ftp://127.0.0.1/mcp"}, "expected an http:// or https:// URL"),
+        ({"listen": "127.0.0.1:0", "upstream": "ftp://127.0.0.1/mcp"}, "is not an http(s) URL with a host"),
         ({"listen": "127.0.0.1:0", "upstream": "http://127.0.0.1:1/mcp", "hold_s": -1.0}, "--hold -1.0 is negative"),
         ({"listen": "127.0.0.1:0", "upstream": "http://127.0.0.1:1/mcp", "max_body_bytes": 0}, "--max-body-bytes 0"),
         ({"listen": "0.0.0.0:0", "upstream": "http://127.0.0.1:1/mcp"}, "set MCPFAULT_PROXY_TOKEN"),

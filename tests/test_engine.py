@@ -175,7 +175,7 @@ def test_window_keys_are_validated_with_the_other_generic_keys() -> None:
 
 def test_a_sessions_share_picks_sessions_by_a_seeded_hash_of_their_id() -> None:
     from mcpfault.faults.engine import session_share
-    from mcpfault.proxy.http_sessions import Sessions
+    from mcpfault.proxy.http.sessions import Sessions
 
     loaded = profile.loads('seed = 9\n[[faults]]\nname = "e"\ntype = "error"\nsessions = 0.3\n')
     sessions = Sessions(loaded, events=None, observers_for=lambda _sid: [], propagate=False)

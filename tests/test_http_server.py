@@ -1,4 +1,4 @@
-"""The HTTP proxy's own server (proxy/http_server.py) over real loopback sockets: keep-alive and
+"""The HTTP proxy's own server (proxy/http/server.py) over real loopback sockets: keep-alive and
 pipelining, HEAD, 100-continue, chunked request bodies, malformed HTTP, oversized heads and bodies,
 a streamed response to a client that stops reading, the idle timeout, and a client leaving mid-answer."""
 
@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from mcpfault.proxy import http_server as web
+from mcpfault.proxy.http import server as web
 
 pytestmark = pytest.mark.anyio
 

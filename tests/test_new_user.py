@@ -435,7 +435,7 @@ def test_experiment_list_names_every_bundled_experiment() -> None:
 # Friction 4: a server's own exit reads as one in the summary.
 def test_a_crash_no_fault_caused_reads_as_the_servers_own_exit() -> None:
     from mcpfault.faults.profile import ServerSettings
-    from mcpfault.proxy.supervisor import Supervisor, crash_causes, describe_status
+    from mcpfault.proxy.process.supervisor import Supervisor, crash_causes, describe_status
 
     supervisor = Supervisor(["true"], ServerSettings())
     supervisor.died(3, shutting_down=False)

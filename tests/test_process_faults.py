@@ -741,7 +741,7 @@ def test_a_time_triggered_process_rule_fires_once_when_due_and_never_on_a_call()
 @pytest.mark.anyio
 async def test_start_hooks_see_every_generation_and_no_process_outlives_the_supervisor() -> None:
     from mcpfault.faults.profile import ServerSettings
-    from mcpfault.proxy.supervisor import Supervisor
+    from mcpfault.proxy.process.supervisor import Supervisor
 
     supervisor = Supervisor([sys.executable, "-c", "import time; time.sleep(30)"], ServerSettings(restart="always"))
     seen: list[tuple[int, int, int]] = []

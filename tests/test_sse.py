@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcpfault.proxy.sse import EventSplitter
+from mcpfault.protocol.sse import EventSplitter
 
 
 def test_a_priming_event_with_empty_data_carries_no_message() -> None:

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from yarl import URL
 
-from mcpfault.proxy.upstream import UpstreamPool
+from mcpfault.proxy.http.upstream import UpstreamPool
 
 pytestmark = pytest.mark.anyio
 

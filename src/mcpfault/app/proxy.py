@@ -42,12 +42,12 @@ if TYPE_CHECKING:
     from mcpfault.proxy.core import Stats
     from mcpfault.proxy.dry_run import DryRun
     from mcpfault.proxy.events import JsonlEventSink
-    from mcpfault.proxy.http import HttpProxy, ListenAddress
-    from mcpfault.proxy.http_process import HttpServerProcess
-    from mcpfault.proxy.http_stdio_eras import AllEras, EraRouter
+    from mcpfault.proxy.http.process import HttpServerProcess
+    from mcpfault.proxy.http.serve import HttpProxy, ListenAddress
+    from mcpfault.proxy.http.stdio_eras import AllEras, EraRouter
+    from mcpfault.proxy.process.supervisor import ServerObserver, StartHook, Supervisor
     from mcpfault.proxy.setup import ProxyTelemetry
     from mcpfault.proxy.summary import Decider
-    from mcpfault.proxy.supervisor import ServerObserver, StartHook, Supervisor
     from mcpfault.telemetry.logging import LogFormat
 
 Transport = Literal["stdio", "http"]
@@ -113,7 +113,7 @@ class ProxyConfig:
             raise UsageError(f"--shutdown-timeout {self.shutdown_timeout_s} is negative; give seconds >= 0")
 
     def _check_http(self) -> None:
-        from mcpfault.proxy import http
+        from mcpfault.proxy.http import serve as http
 
         if self.listen is None:
             raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
@@ -282,8 +282,8 @@ def _build_stdio(config: ProxyConfig, say: Announcements, opened: contextlib.Exi
     from mcpfault.faults.engine import Engine, rules_not_carried
     from mcpfault.faults.live import LiveRules
     from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.process.supervisor import Supervisor
     from mcpfault.proxy.stdio import Lifecycle, run_stdio, server_observers
-    from mcpfault.proxy.supervisor import Supervisor
 
     loaded = _profile(config, say)
     live = LiveRules.of(loaded)
@@ -342,9 +342,9 @@ def _build_stdio(config: ProxyConfig, say: Announcements, opened: contextlib.Exi
 
 def _build_http(config: ProxyConfig, say: Announcements, opened: contextlib.ExitStack) -> BuiltProxy:
     from mcpfault.faults.engine import rules_not_carried
-    from mcpfault.proxy import http
-    from mcpfault.proxy.http_exchange import Limits
-    from mcpfault.proxy.http_sessions import Sessions
+    from mcpfault.proxy.http import serve as http
+    from mcpfault.proxy.http.exchange import Limits
+    from mcpfault.proxy.http.sessions import Sessions
     from mcpfault.telemetry import names
 
     assert config.listen is not None  # check() refused HTTP without it
@@ -416,10 +416,10 @@ def _http_upstream(
         assert url is not None  # check() refused neither
         return url, None
     if url is None:
-        from mcpfault.proxy.http_stdio_eras import EraRouter
+        from mcpfault.proxy.http.stdio_eras import EraRouter
 
         return EraRouter(config.command, settings=loaded.server, observers=watchers, on_start=hooks), None
-    from mcpfault.proxy.http_process import HttpServerProcess
+    from mcpfault.proxy.http.process import HttpServerProcess
 
     process = HttpServerProcess(config.command, url, settings=loaded.server, observers=watchers)
     process.supervisor.start_hooks.append(record.restarted)
@@ -435,7 +435,7 @@ def _http_relay(
     record: _ReadyRecord,
     say: Announcements,
 ) -> Relay:
-    from mcpfault.proxy import http
+    from mcpfault.proxy.http import serve as http
 
     def announce(url: str, ready: Callable[[], None]) -> None:
         ready()  # the control API's URL: the proxy handles signals by now
@@ -542,7 +542,7 @@ def _metrics_url(telemetry: ProxyTelemetry, say: Announcements) -> str | None:
 
 def _server_events(events: JsonlEventSink | None) -> list[ServerObserver]:
     """The supervised server's deaths, restarts and downtime as lines of the events file (when given)."""
-    from mcpfault.proxy.supervisor import ServerEvents
+    from mcpfault.proxy.process.supervisor import ServerEvents
 
     return [ServerEvents(events)] if events is not None else []
 

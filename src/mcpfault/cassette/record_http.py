@@ -23,12 +23,12 @@ from typing import Any, Final
 from yarl import URL
 
 from mcpfault.cassette.record import Recorder
+from mcpfault.protocol import sse
 from mcpfault.protocol.eras import HANDSHAKE_METHODS
-from mcpfault.proxy import http_server as web
-from mcpfault.proxy import sse
-from mcpfault.proxy.http import ListenAddress
-from mcpfault.proxy.http_exchange import HOP_BY_HOP
-from mcpfault.proxy.upstream import UpstreamPool
+from mcpfault.proxy.http import server as web
+from mcpfault.proxy.http.exchange import HOP_BY_HOP
+from mcpfault.proxy.http.serve import ListenAddress
+from mcpfault.proxy.http.upstream import UpstreamPool
 from mcpfault.telemetry.logging import REDACTED
 
 SESSION_HEADER: Final = "mcp-session-id"

@@ -144,7 +144,7 @@ def _record(args: argparse.Namespace) -> int:
 def _record_upstream(args: argparse.Namespace, command: list[str]) -> int:
     from mcpfault.cassette.record_http import record_http
     from mcpfault.errors import UsageError
-    from mcpfault.proxy.http import parse_listen, parse_upstream
+    from mcpfault.proxy.http.serve import parse_listen, parse_upstream
 
     if args.listen is None:
         raise UsageError("record --upstream URL needs --listen HOST:PORT: where the client connects instead of URL")

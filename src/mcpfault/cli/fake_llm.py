@@ -38,7 +38,7 @@ def add_parser(commands: Any) -> None:
 def _fake_llm(args: argparse.Namespace) -> int:
     from mcpfault.harness.agents.llm.fakemodel import FakeMessagesServer
     from mcpfault.loopback import is_loopback
-    from mcpfault.proxy.http import parse_listen
+    from mcpfault.proxy.http.serve import parse_listen
 
     address = parse_listen(args.listen)
     if not is_loopback(address.host):

@@ -1,6 +1,6 @@
 """The control API: JSON over HTTP, one route table and thin handlers over the ``Controller``.
 
-Served by the proxy's own HTTP/1.1 server (proxy/http_server.py) on its own address
+Served by the proxy's own HTTP/1.1 server (proxy/http/server.py) on its own address
 (``--control 127.0.0.1:PORT``), in the proxy's event loop. Every answer is JSON; an error is
 ``{"error": "...", "problems": [...]}`` with 400 (bad body), 401/403 (access), 404, 405 or 409.
 """
@@ -19,7 +19,7 @@ import structlog
 from mcpfault.control.access import Access, refusal
 from mcpfault.control.controller import Conflict, ControlError, Controller, Invalid, NoServerControl, NotFound
 from mcpfault.errors import Problem
-from mcpfault.proxy import http_server as web
+from mcpfault.proxy.http import server as web
 
 log = structlog.get_logger("mcpfault.control")
 

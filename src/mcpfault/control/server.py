@@ -1,6 +1,6 @@
 """What the control API needs from a proxy that owns its server process: ``ServerControl``.
 
-The transport that starts the process implements it (proxy/supervisor.py's ``Supervisor``, or for the
+The transport that starts the process implements it (proxy/process/supervisor.py's ``Supervisor``, or for the
 HTTP bridge every era's supervisor as one). Where the proxy owns no process (``--upstream URL``),
 there is none, and process actions are refused.
 """

@@ -100,7 +100,7 @@ EVERY_TRANSPORT = frozenset({STDIO, HTTP})
 
 
 class HttpExchangeOps(Protocol):
-    """What an HTTP transport offers a fault acting on one exchange (proxy/http_exchange.py).
+    """What an HTTP transport offers a fault acting on one exchange (proxy/http/exchange.py).
 
     Each returns the transport's response object, which the fault hands back untouched.
     """
@@ -150,7 +150,7 @@ class HttpBehaviour:
 
 
 class ServerProcessOps(Protocol):
-    """What a transport that owns the server process offers a process fault (proxy/supervisor.py).
+    """What a transport that owns the server process offers a process fault (proxy/process/supervisor.py).
 
     Each takes effect at once (a signal is sent before the call returns) and schedules its own
     continuation (the SIGCONT, the duty cycle, the memory watch); safe to call from any thread.

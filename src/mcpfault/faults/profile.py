@@ -103,7 +103,7 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """The ``[server]`` table: how the proxy supervises a server it started (proxy/supervisor.py)."""
+    """The ``[server]`` table: how the proxy supervises a server it started (proxy/process/supervisor.py)."""
 
     type_name: ClassVar[str] = "[server]"  # how settings' messages name the table
 

@@ -38,11 +38,10 @@ from mcpfault.errors import (
 )
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
-from mcpfault.protocol import jsonrpc
+from mcpfault.protocol import jsonrpc, sse
 from mcpfault.protocol.eras import LEGACY_VERSIONS, MODERN_VERSIONS
-from mcpfault.proxy import sse
-from mcpfault.proxy.http_stdio import SESSION_HEADER
-from mcpfault.proxy.upstream import UpstreamBroke, UpstreamPool, UpstreamResponse
+from mcpfault.proxy.http.stdio import SESSION_HEADER
+from mcpfault.proxy.http.upstream import UpstreamBroke, UpstreamPool, UpstreamResponse
 from mcpfault.telemetry import names as span_names
 
 if TYPE_CHECKING:

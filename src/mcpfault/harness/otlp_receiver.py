@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from mcpfault.proxy.http_server import HttpServer, Request, Response
+from mcpfault.proxy.http.server import HttpServer, Request, Response
 from mcpfault.telemetry.otlp_lines import SpanLinesFile
 
 MAX_EXPORT_BYTES: Final = 16 * 1024 * 1024

@@ -26,12 +26,11 @@ from yarl import URL
 
 from mcpfault.harness.http_client import MAX_ANSWER_BYTES, retry_after_s
 from mcpfault.loopback import check_http_url
-from mcpfault.protocol import jsonrpc
+from mcpfault.protocol import jsonrpc, sse
 from mcpfault.protocol.eras import LEGACY_VERSIONS
-from mcpfault.proxy import sse
-from mcpfault.proxy.http_stdio import SESSION_HEADER
+from mcpfault.proxy.http.stdio import SESSION_HEADER
+from mcpfault.proxy.http.upstream import UpstreamBroke, UpstreamPool
 from mcpfault.proxy.pipes import LineSplitter
-from mcpfault.proxy.upstream import UpstreamBroke, UpstreamPool
 
 DRAIN_S: Final = 5.0
 # The JSON-RPC code of the bridge's own errors: the request got no answer over HTTP (the proxy's

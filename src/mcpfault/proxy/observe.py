@@ -19,8 +19,8 @@ from mcpfault.faults.base import Call
 from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.proxy.core import Finished, InFlight, PlainAnswer, classify
+from mcpfault.proxy.process.supervisor import ServerObserver
 from mcpfault.proxy.span_endings import Annotate, Clock, PlainEnding, SpanEndings, plain_finished
-from mcpfault.proxy.supervisor import ServerObserver
 from mcpfault.telemetry import names
 from mcpfault.telemetry.fastspans import SharedAttributes, SpanHandle, SpanRecorder
 from mcpfault.telemetry.metrics import ProxyMetrics

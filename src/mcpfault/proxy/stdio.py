@@ -29,10 +29,10 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy import pipes
-from mcpfault.proxy.child import ChildProcess
 from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.process.child import ChildProcess
+from mcpfault.proxy.process.supervisor import Later, ServerObserver, Supervisor
 from mcpfault.proxy.replies import server_down_reply
-from mcpfault.proxy.supervisor import Later, ServerObserver, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 

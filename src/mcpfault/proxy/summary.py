@@ -76,7 +76,7 @@ def _render_server(console: Any, supervisor: Any) -> None:
     """The supervised server: generations, crashes by cause, restarts, downtime."""
     from rich.table import Table
 
-    from mcpfault.proxy.supervisor import crash_causes, summary_lines
+    from mcpfault.proxy.process.supervisor import crash_causes, summary_lines
 
     table = Table(title="server process", title_justify="left")
     for column in ("generation", "crashes (by cause)", "restarts", "downtime total", "longest"):

@@ -38,7 +38,7 @@ ERROR_TYPE_TOOL_ERROR: Final = "tool_error"  # a result with isError: true
 NETWORK_TRANSPORT_PIPE: Final = "pipe"  # stdio
 NETWORK_TRANSPORT_TCP: Final = "tcp"  # Streamable HTTP
 NETWORK_PROTOCOL_HTTP: Final = "http"
-NETWORK_PROTOCOL_HTTP_VERSION: Final = "1.1"  # what the proxy's HTTP server speaks (http_server.py)
+NETWORK_PROTOCOL_HTTP_VERSION: Final = "1.1"  # what the proxy's HTTP server speaks (proxy/http/server.py)
 OTHER: Final = "_OTHER"  # the conventions' catch-all; also our Prometheus label overflow value
 
 # --- OpenTelemetry attributes: mcpfault's own ---------------------------------------------------
@@ -89,7 +89,7 @@ FINDING_SEVERITY: Final = "mcpfault.finding.severity"  # low, medium, high, crit
 FINDING_DETAIL: Final = "mcpfault.finding.detail"
 DUPLICATE_ORIGINAL_CALL_ID: Final = "mcpfault.duplicate.original_call_id"  # the lost call this one repeated
 
-# --- events.jsonl: the supervised server's lifecycle (proxy/supervisor.py's ServerEvents) -----------
+# --- events.jsonl: the supervised server's lifecycle (proxy/process/supervisor.py's ServerEvents) -----------
 # A death, a new generation started, and the first answer after a restart (with the downtime since the death).
 SERVER_EXITED: Final = "server_exited"
 SERVER_RESTARTED: Final = "server_restarted"
@@ -148,7 +148,7 @@ REQUESTS_IN_FLIGHT: Final = "mcpfault_requests_in_flight"
 REQUESTS_IN_FLIGHT_LABELS: Final = (LABEL_TRANSPORT,)
 UPSTREAM_EXITS_TOTAL: Final = "mcpfault_upstream_exits_total"
 UPSTREAM_EXITS_TOTAL_LABELS: Final = (LABEL_TRANSPORT,)
-# The supervised server (proxy/supervisor.py): restarts, crashes by the fault that caused them
+# The supervised server (proxy/process/supervisor.py): restarts, crashes by the fault that caused them
 # (FAULT_TYPE_NONE: it died by itself), and downtime from a crash to the first answer after restart.
 SERVER_RESTARTS_TOTAL: Final = "mcpfault_server_restarts_total"
 SERVER_CRASHES_TOTAL: Final = "mcpfault_server_crashes_total"

@@ -44,8 +44,8 @@ from mcpfault.errors import (
 from mcpfault.harness.client import StdioClient
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import LEGACY_VERSIONS
-from mcpfault.proxy.http_server import HttpServer, Request, Response
-from mcpfault.proxy.http_stdio import SESSION_HEADER
+from mcpfault.proxy.http.server import HttpServer, Request, Response
+from mcpfault.proxy.http.stdio import SESSION_HEADER
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # What the MCP SDKs answer a request they gave up waiting for (mcp.shared.exceptions: REQUEST_TIMEOUT).

@@ -16,12 +16,11 @@ from typing import Any, Protocol
 from multidict import CIMultiDict
 
 from mcpfault.faults.base import HttpBehaviour
-from mcpfault.protocol import jsonrpc
+from mcpfault.protocol import jsonrpc, sse
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy import http_server as web
-from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
-from mcpfault.proxy.upstream import UpstreamResponse
+from mcpfault.proxy.http import server as web
+from mcpfault.proxy.http.upstream import UpstreamResponse
 from mcpfault.telemetry.names import Received
 
 SSE = "text/event-stream"

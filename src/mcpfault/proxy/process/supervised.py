@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from mcpfault.errors import MCPFaultError
-from mcpfault.proxy.supervisor import Later, ServerDeath, Supervisor
+from mcpfault.proxy.process.supervisor import Later, ServerDeath, Supervisor
 
 
 class ServerDown(MCPFaultError, ConnectionError):

@@ -33,14 +33,13 @@ import structlog
 from multidict import CIMultiDict
 
 from mcpfault.faults.profile import ServerSettings
-from mcpfault.protocol import jsonrpc
+from mcpfault.protocol import jsonrpc, sse
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy import sse
-from mcpfault.proxy.child import ChildProcess
+from mcpfault.proxy.process.child import ChildProcess
+from mcpfault.proxy.process.supervised import SupervisedServer
+from mcpfault.proxy.process.supervisor import ServerDeath, ServerObserver, StartHook, Supervisor, unanswered_reply
 from mcpfault.proxy.stdio import exit_status
-from mcpfault.proxy.supervised import SupervisedServer
-from mcpfault.proxy.supervisor import ServerDeath, ServerObserver, StartHook, Supervisor, unanswered_reply
 
 log = structlog.get_logger("mcpfault.proxy")
 

@@ -22,9 +22,9 @@ from yarl import URL
 
 from mcpfault.errors import UpstreamError
 from mcpfault.faults.profile import ServerSettings
+from mcpfault.proxy.process.supervised import SupervisedServer
+from mcpfault.proxy.process.supervisor import ServerObserver, Supervisor
 from mcpfault.proxy.stdio import exit_status
-from mcpfault.proxy.supervised import SupervisedServer
-from mcpfault.proxy.supervisor import ServerObserver, Supervisor
 
 log = structlog.get_logger("mcpfault.proxy")
 

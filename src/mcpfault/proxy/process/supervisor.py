@@ -27,7 +27,7 @@ import structlog
 
 from mcpfault.faults.profile import ServerSettings
 from mcpfault.proxy import events
-from mcpfault.proxy.child import ChildProcess
+from mcpfault.proxy.process.child import ChildProcess
 from mcpfault.proxy.replies import server_gone_reply
 from mcpfault.telemetry.names import Received
 

@@ -3,7 +3,7 @@
 Exit is noticed through a pidfd (no thread, no polling) where the kernel has them, by polling where
 it does not. The server leads a process group of its own, and every signal goes to the group, so
 its own children end with it; a stopped (SIGSTOP) server is continued (SIGCONT) after a signal that
-is to end it. The restarting supervisor (proxy/supervisor.py) builds on this one class.
+is to end it. The restarting supervisor (proxy/process/supervisor.py) builds on this one class.
 """
 
 from __future__ import annotations

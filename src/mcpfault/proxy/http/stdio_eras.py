@@ -24,8 +24,8 @@ from mcpfault.faults.profile import ServerSettings
 from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import META_PROTOCOL_VERSION, Era
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy.http_stdio import BridgeAnswer, StdioServerBridge
-from mcpfault.proxy.supervisor import ProcessOps, ServerObserver, StartHook, Supervisor
+from mcpfault.proxy.http.stdio import BridgeAnswer, StdioServerBridge
+from mcpfault.proxy.process.supervisor import ProcessOps, ServerObserver, StartHook, Supervisor
 
 _LEGACY_MARKS = frozenset({"initialize", "notifications/initialized"})
 

@@ -32,12 +32,11 @@ from mcpfault.errors import UsageError
 from mcpfault.faults.base import HttpBehaviour
 from mcpfault.loopback import check_http_url, parse_host_port, require_token_beyond_loopback
 from mcpfault.protocol import headers as mirrored
-from mcpfault.protocol import jsonrpc
+from mcpfault.protocol import jsonrpc, sse
 from mcpfault.protocol.jsonrpc import MessageKind
-from mcpfault.proxy import http_server as web
-from mcpfault.proxy import sse
 from mcpfault.proxy.core import Emit, ProxyCore, To
-from mcpfault.proxy.http_exchange import (
+from mcpfault.proxy.http import server as web
+from mcpfault.proxy.http.exchange import (
     HOP_BY_HOP,
     SSE,
     Exchange,
@@ -49,16 +48,16 @@ from mcpfault.proxy.http_exchange import (
     relayed_headers,
     write_event,
 )
-from mcpfault.proxy.http_process import HttpServerProcess
-from mcpfault.proxy.http_sessions import Sessions
-from mcpfault.proxy.http_stdio import SESSION_HEADER, StdioServerBridge
-from mcpfault.proxy.http_stdio_eras import EraRouter
+from mcpfault.proxy.http.process import HttpServerProcess
+from mcpfault.proxy.http.sessions import Sessions
+from mcpfault.proxy.http.stdio import SESSION_HEADER, StdioServerBridge
+from mcpfault.proxy.http.stdio_eras import EraRouter
+from mcpfault.proxy.http.upstream import UpstreamPool
+from mcpfault.proxy.process.supervised import ServerDown
+from mcpfault.proxy.process.supervisor import unanswered_reply
 from mcpfault.proxy.replies import server_down_reply, server_gone_reply
-from mcpfault.proxy.supervised import ServerDown
-from mcpfault.proxy.supervisor import unanswered_reply
 from mcpfault.proxy.tool_listing import WAIT_S as LISTING_WAIT_S
 from mcpfault.proxy.tool_listing import is_own_id
-from mcpfault.proxy.upstream import UpstreamPool
 from mcpfault.telemetry.names import Received
 
 log = structlog.get_logger("mcpfault.proxy")
