@@ -137,8 +137,12 @@ class WriterProcess:
         with contextlib.suppress(OSError):  # a smaller pipe only makes the recorder wait more often
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         try:
+            # Not the proxy's stdout: that is the client's channel, and its EOF must not wait for the writer.
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "mcpfault.telemetry.span_writer"], stdin=read_end, close_fds=True
+                [sys.executable, "-m", "mcpfault.telemetry.span_writer"],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
             )
         except BaseException:
             os.close(self._fd)
