@@ -149,7 +149,11 @@ class WriterProcess:
             raise
         finally:
             os.close(read_end)
-        self._send(pickle.dumps(setup))
+        try:
+            self._send(pickle.dumps(setup))
+        except OSError:  # it died at once: the recorder writes the spans itself
+            self.close(0.0)
+            raise
 
     @property
     def pid(self) -> int:
