@@ -162,3 +162,22 @@ def test_a_killed_proxy_loses_at_most_its_last_spans_and_leaves_no_writer(proxy_
         assert _wait_gone(pid), f"process {pid} outlived the killed proxy"
     written = {span.attributes.get("jsonrpc.request.id") for span in read_spans(spans_file)}
     assert {str(i) for i in range(early + 1)} <= written
+
+
+def test_the_writer_process_logs_as_the_proxy_does(tmp_path: Path, capfd) -> None:
+    from mcpfault.telemetry import logging as log_setup
+    from tests.http_support import free_port
+
+    log_setup.configure("warning", "json")
+    try:
+        endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens: every export fails
+        recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=endpoint, writer_process=True)
+        handle = recorder.start("s", SpanKind.SERVER, None, {}, 1)
+        assert handle is not None
+        recorder.end(handle, {}, [], None, 2)
+        assert _writer_started(recorder)
+        recorder.shutdown()
+    finally:
+        log_setup.reset()
+    lines = [orjson.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    assert any("spans not exported" in line["event"] and line["level"] == "warning" for line in lines), lines

@@ -34,6 +34,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -50,6 +51,7 @@ from mcpfault.telemetry.span_writer import (
     Record,
     WriterProcess,
     WriterSetup,
+    proxy_log_settings,
     slot_texts,
 )
 from mcpfault.telemetry.traceparent import parse_traceparent, valid_tracestate
@@ -343,7 +345,7 @@ class SpanRecorder:
     def _run(self) -> None:
         if self._wants_process:
             try:
-                self._process = WriterProcess(self._setup)
+                self._process = WriterProcess(replace(self._setup, log=proxy_log_settings()))
             except OSError as exc:
                 _log.warning("span writer process not started (%s): spans are written by the proxy itself", exc)
         while True:

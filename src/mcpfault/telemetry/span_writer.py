@@ -60,6 +60,7 @@ class WriterSetup:
     tail: bytes  # and after them, newline included
     spans_file: str | None
     export: OtlpExport | None
+    log: tuple[str, str] | None = None  # the proxy's log level and format (telemetry.logging.configured)
 
 
 def slot_texts(values: Sequence[Any]) -> tuple[str, ...]:
@@ -198,6 +199,31 @@ def _frames(fd: int) -> Iterator[bytes]:
             yield payload
 
 
+def proxy_log_settings() -> tuple[str, str] | None:
+    """How the proxy logs, when ``telemetry.logging`` configured it; read without importing that
+    module (structlog and the OpenTelemetry API: ~120 ms of CPU), which is loaded if it was used."""
+    module = sys.modules.get("mcpfault.telemetry.logging")
+    return module.configured() if module is not None else None
+
+
+def _log_like_the_proxy(level: str, fmt: str) -> None:
+    """Log as the proxy does (its level, its format, on the stderr both share), set up at the first
+    record: a writer that never complains never pays for the logging set-up."""
+    import logging
+
+    class ConfigureOnFirstRecord(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            from mcpfault.telemetry import logging as log_setup
+
+            root = logging.getLogger()
+            root.removeHandler(self)
+            log_setup.configure(level, fmt)  # type: ignore[arg-type]  # the proxy's, as configure took them
+            if record.levelno >= root.getEffectiveLevel():
+                root.handle(record)
+
+    logging.getLogger().addHandler(ConfigureOnFirstRecord())
+
+
 def run(fd: int = 0) -> int:
     from mcpfault.telemetry.fastspans import SpanTemplate
 
@@ -206,6 +232,8 @@ def run(fd: int = 0) -> int:
     if first is None:
         return 0  # the recorder stopped before it sent anything
     setup: WriterSetup = pickle.loads(first)
+    if setup.log is not None:
+        _log_like_the_proxy(*setup.log)
     sink = sink_for(setup)
     templates: dict[int, SpanTemplate] = {}
     try:
