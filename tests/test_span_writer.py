@@ -17,7 +17,7 @@ from mcpfault.faults import profile
 from mcpfault.faults.engine import Engine
 from mcpfault.proxy.core import ProxyCore
 from mcpfault.proxy.observe import TelemetryObserver
-from mcpfault.telemetry.fastspans import FLUSH_INTERVAL_S, SpanRecorder
+from mcpfault.telemetry.fastspans import FLUSH_INTERVAL_S, PROCESS_AFTER_SPANS, SpanRecorder
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import PROFILES, call, request
 
@@ -82,7 +82,7 @@ def test_the_writer_process_writes_the_bytes_the_recorder_writes_itself(tmp_path
     files = {}
     for process in (False, True):
         path = tmp_path / f"process-{process}.jsonl"
-        recorder = SpanRecorder("svc", spans_file=path, otlp_endpoint=None, writer_process=process)
+        recorder = SpanRecorder("svc", spans_file=path, otlp_endpoint=None, writer_process=process, process_after=0)
         for item in items:
             assert recorder._enqueue(item)
         if process:
@@ -113,7 +113,7 @@ def test_a_clean_stop_flushes_every_span_and_ends_the_writer(tmp_path: Path) -> 
 
 def test_without_its_process_the_recorder_writes_the_spans_itself(tmp_path: Path, caplog) -> None:
     spans_file = tmp_path / "spans.jsonl"
-    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None, writer_process=True)
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None, writer_process=True, process_after=0)
     first = recorder.start("s", SpanKind.SERVER, None, {}, 1)
     assert first is not None
     recorder.end(first, {}, [], None, 2)
@@ -144,7 +144,7 @@ def test_a_killed_proxy_loses_at_most_its_last_spans_and_leaves_no_writer(proxy_
     proxy = proxy_factory(PROFILES / "baseline.toml", extra=("--spans", str(spans_file)), events=False)
     proxy.send(INIT)
     assert proxy.read_json()["id"] == 0
-    early = 300
+    early = 600  # more than the spans a proxy writes itself before its writer process starts
     for request_id in range(1, early + 1):
         proxy.send(call(request_id, "echo", text="x"))
         assert proxy.read_json()["id"] == request_id
@@ -171,7 +171,7 @@ def test_the_writer_process_logs_as_the_proxy_does(tmp_path: Path, capfd) -> Non
     log_setup.configure("warning", "json")
     try:
         endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens: every export fails
-        recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=endpoint, writer_process=True)
+        recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=endpoint, writer_process=True, process_after=0)
         handle = recorder.start("s", SpanKind.SERVER, None, {}, 1)
         assert handle is not None
         recorder.end(handle, {}, [], None, 2)
@@ -181,3 +181,15 @@ def test_the_writer_process_logs_as_the_proxy_does(tmp_path: Path, capfd) -> Non
         log_setup.reset()
     lines = [orjson.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
     assert any("spans not exported" in line["event"] and line["level"] == "warning" for line in lines), lines
+
+
+def test_a_recorder_with_few_spans_writes_them_itself_and_starts_no_process(tmp_path: Path) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None, writer_process=True)
+    for i in range(PROCESS_AFTER_SPANS - 1):  # a short session's worth
+        handle = recorder.start("s", SpanKind.SERVER, None, {"i": str(i)}, 1)
+        assert handle is not None
+        recorder.end(handle, {}, [], None, 2)
+    recorder.shutdown()
+    assert recorder.writer_pid is None  # its start-up would have cost more than it saved
+    assert len(read_spans(spans_file)) == PROCESS_AFTER_SPANS - 1

@@ -12,7 +12,10 @@ template's number and the raw values of its slots) and ships them to a writer pr
 (``span_writer``), which fills the templates, joins, writes and exports, on a GIL of its own.
 Measured (docs/results/performance.md, sixth pass): the thread's time a span went from 3.9-4.7 us
 (build and encode) to 1.8-2.0 (build and ship), and the proxy's CPU a message by ~2.8 us.
-Otherwise (or when that process cannot start or dies) the thread writes the same bytes itself.
+The process starts once 512 spans have been written: a short-lived proxy, as each bench session's
+is, writes its few spans itself, since the process's start-up (~50 ms of CPU) would cost it more than
+the process saves. Otherwise (or when that process cannot start or dies) the thread writes the same
+bytes itself.
 
 Configuration follows ``configure_tracing``: the resource comes from the same code (so
 ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply), everything else from ``otel_env``:
@@ -65,6 +68,8 @@ _ZERO_SPAN: Final = "0" * 16
 
 MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
+# The spans a recorder writes itself before it starts its writer process (``writer_process``): a batch.
+PROCESS_AFTER_SPANS: Final = BATCH_SPANS
 ID_POOL: Final = 1024  # ids drawn ahead: a fifth of a second of requests at 5,000 a second
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
@@ -160,6 +165,7 @@ class SpanRecorder:
         scope_version: str | None = None,
         max_queue: int = MAX_QUEUE,
         writer_process: bool = False,
+        process_after: int = PROCESS_AFTER_SPANS,
     ) -> None:
         self._random = random.Random(os.urandom(32))
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -208,6 +214,8 @@ class SpanRecorder:
         self._sink = LineSink(spans_lines, sender, json=self._json)
         self._setup = WriterSetup(*self._envelope, str(spans_file) if spans_file is not None else None, export)
         self._wants_process = writer_process
+        self._process_after = process_after  # spans written before the writer process is worth its start
+        self._written = 0
         self._process: WriterProcess | None = None
         self._shipped: set[int] = set()  # the templates the writer process has the definition of
 
@@ -343,11 +351,6 @@ class SpanRecorder:
                 self._thread.start()
 
     def _run(self) -> None:
-        if self._wants_process:
-            try:
-                self._process = WriterProcess(replace(self._setup, log=proxy_log_settings()))
-            except OSError as exc:
-                _log.warning("span writer process not started (%s): spans are written by the proxy itself", exc)
         while True:
             self._wake.wait(FLUSH_INTERVAL_S)
             self._wake.clear()
@@ -377,6 +380,9 @@ class SpanRecorder:
             return
         if not records:
             return
+        self._written += len(batch)
+        if self._wants_process and self._written >= self._process_after:
+            self._start_process()
         process = self._process
         if process is not None:
             definitions: list[Definition] = []
@@ -399,6 +405,17 @@ class SpanRecorder:
                 self._process = None
                 process.close(0.0)
         self._write(records)
+
+    def _start_process(self) -> None:
+        """Start the writer process, once, when ``process_after`` spans have been written: a proxy with
+        fewer (a short session, as each bench session's is) writes them itself, since the process's
+        start-up (~50 ms of CPU) would cost it more than the process takes off its requests' path. The
+        spans written before are in the file already, so the order of the lines holds."""
+        self._wants_process = False
+        try:
+            self._process = WriterProcess(replace(self._setup, log=proxy_log_settings()))
+        except OSError as exc:
+            _log.warning("span writer process not started (%s): spans are written by the proxy itself", exc)
 
     def _write(self, records: list[bytes | Filled]) -> None:
         try:

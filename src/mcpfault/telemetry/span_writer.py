@@ -7,7 +7,7 @@ process fills the templates, joins each batch into one ``ExportTraceServiceReque
 to the span file and POSTs it when an endpoint is set: the same bytes the recorder writes itself for
 the same records (``encode_records`` serves both).
 
-It is owned by its recorder: started with the first span, it exits at the pipe's EOF once it has
+It is owned by its recorder: started once it has written 512 spans itself, it exits at the pipe's EOF once it has
 written what it received, so it ends with the proxy, a proxy killed with SIGKILL too (what was in the
 pipe is still written). It ignores SIGINT and SIGTERM: a Ctrl-C or a signal to the proxy's process
 group must not cut short the flush of a clean stop, which closes the pipe.
