@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mcpfault.faults.latency import Latency
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SpanRecorder
+from mcpfault.telemetry.fastspans import Filled, SpanRecorder
 from mcpfault.telemetry.propagation import parse_traceparent
 from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
 from tests.otlp_support import SECRET
@@ -295,12 +295,15 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     assert len(queued) == 2
     for (handle, _build, kept), (pending, raw) in zip(queued, answered, strict=True):
         outcome = plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
-        templated = fast._spans.ending(handle, outcome)
-        assert isinstance(templated, bytes)
-        assert fast._spans.plain(handle, kept) == templated  # the shortcut from what the queue kept: the same
-        assert fast._spans.ending(handle, fast._spans._finished_of(kept)) == templated  # and when its template is gone
+        filled = fast._spans.ending(handle, outcome)
+        assert isinstance(filled, Filled)
+        templated = filled.json()
+        assert fast._spans.plain(handle, kept) == filled  # the shortcut from what the queue kept: the same
+        again = fast._spans.ending(handle, fast._spans._finished_of(kept))  # and when its template is gone
+        assert isinstance(again, Filled)
+        assert again.json() == templated
         ending = slow._spans.ending(handle, outcome)
-        assert not isinstance(ending, bytes)
+        assert not isinstance(ending, bytes | Filled)
         attributes, events, error, end_ns, name = ending
         handle.name = name
         assert templated == orjson.dumps(json_span(handle, attributes, events, error, end_ns))
@@ -321,7 +324,7 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
     for request_id in range(1, 6):
         core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
         core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
-    spans = [orjson.loads(build(handle, ending)) for handle, build, ending in queued]
+    spans = [orjson.loads(build(handle, ending).json()) for handle, build, ending in queued]
     assert len(observer._spans._plain_templates) == 1
     request_ids = [
         attribute["value"]["stringValue"]

@@ -15,7 +15,7 @@ from mcpfault.faults.engine import PASS
 from mcpfault.proxy.core import Finished
 from mcpfault.proxy.span_endings import Clock, SpanEndings
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SharedAttributes, SpanHandle
+from mcpfault.telemetry.fastspans import Filled, SharedAttributes, SpanHandle
 from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
@@ -31,7 +31,7 @@ def ending(
     outcome = Finished(call, PASS, 1.0, 2.0, received, error_code, True, 0.0, version, 0.0)
     handle = SpanHandle("1" * 32, "2" * 16, None, "01", None, "", 2, {}, 0)
     ending = endings.ending(handle, outcome)
-    assert not isinstance(ending, bytes)
+    assert not isinstance(ending, bytes | Filled)
     encoded, _events, error, _end, _name = ending
     assert isinstance(encoded, list)  # OTLP JSON entries, encoded once per kind of ending
     attributes = {entry["key"]: next(iter(entry["value"].values())) for entry in encoded}

@@ -27,6 +27,7 @@ from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
 
+_new_tuple = tuple.__new__
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]
 _CLIENT = KIND_TO_OTLP[SpanKind.CLIENT]
 
@@ -72,6 +73,7 @@ class TelemetryObserver(ServerObserver):
         )
         # How the spans end, built on the span writer's thread (session_id: for 2025-11-25 traffic only).
         self._spans = SpanEndings(self._clock, metrics, self._from_server, session_id=session_id, annotate=annotate)
+        self._plain = self._spans.plain  # bound once: answered_plain runs on the request's thread
         self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
     def started(
@@ -135,7 +137,7 @@ class TelemetryObserver(ServerObserver):
                 # answer: holding hundreds of requests' dicts cost as much as the whole span path
                 # (measured: +14 us of added p50, and a sixth of the pipelined rate).
                 ending = self._plain_ending_of(pending, answer)
-                queued = recorder.end_later(span, self._spans.plain, ending)
+                queued = recorder.end_later(span, self._plain, ending)
                 if span.client_span_id is not None:
                     recorder.end_later(self._leg(span, pending.started), self._spans.plain_client, ending)
             else:
@@ -161,17 +163,22 @@ class TelemetryObserver(ServerObserver):
             name = params.get("name") if params.__class__ is dict else None
             target = name if name.__class__ is str else None
         received, error_code = classify(answer.line, request_id, answer.body)
-        return PlainEnding(
-            method,
-            target,
-            request_id,
-            received,
-            error_code,
-            pending.started,
-            answer.now,
-            pending.handled_s + (answer.now - answer.arrived),
-            answer.protocol_version,
-            answer.generation,
+        # tuple.__new__ rather than the NamedTuple's own __new__, a Python function of ten arguments:
+        # the same tuple, ~0.3 us sooner on the request's thread.
+        return _new_tuple(
+            PlainEnding,
+            (
+                method,
+                target,
+                request_id,
+                received,
+                error_code,
+                pending.started,
+                answer.now,
+                pending.handled_s + (answer.now - answer.arrived),
+                answer.protocol_version,
+                answer.generation,
+            ),
         )
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:

@@ -75,6 +75,7 @@ class ProxyTelemetry:
                     settings=settings,
                     scope_name="mcpfault.proxy",
                     scope_version=__version__,
+                    writer_process=True,  # encoding and I/O off the relay's GIL
                 )
             except (ValueError, OSError) as exc:
                 raise UsageError(f"tracing: {exc}") from None

@@ -3,9 +3,19 @@
 The SDK costs the proxy ~100 us per request (span start, attribute cleaning, events, the
 propagators) plus ~30 us of encoding on its export thread, holding the GIL the relay needs. Here a
 span is a handle made of a few ints and strings; ending it appends one tuple to a bounded deque. One
-writer thread per recorder encodes batches as OTLP JSON lines, the same format as
-``OtlpJsonLinesExporter`` (``read_spans`` and ``mcpfault traces export`` read both), and, when an
-endpoint is configured, converts the same JSON to protobuf and POSTs it over OTLP/HTTP.
+writer thread per recorder builds each span's ending, in batches; the lines are OTLP JSON, the same
+format as ``OtlpJsonLinesExporter`` (``read_spans`` and ``mcpfault traces export`` read both), and,
+when an endpoint is configured, the same JSON is converted to protobuf and POSTed over OTLP/HTTP.
+
+With ``writer_process`` (the proxy's), the thread only builds compact records (most spans: a
+template's number and the raw values of its slots) and ships them to a writer process
+(``span_writer``), which fills the templates, joins, writes and exports, on a GIL of its own.
+Measured (docs/results/performance.md, sixth pass): the thread's time a span went from 3.9-4.7 us
+(build and encode) to 1.8-2.0 (build and ship), and the proxy's CPU a message by ~2.8 us.
+The process starts once 512 spans have been written: a short-lived proxy, as each bench session's
+is, writes its few spans itself, since the process's start-up (~50 ms of CPU) would cost it more than
+the process saves. Otherwise (or when that process cannot start or dies) the thread writes the same
+bytes itself.
 
 Configuration follows ``configure_tracing``: the resource comes from the same code (so
 ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply), everything else from ``otel_env``:
@@ -19,14 +29,17 @@ an unsampled ``traceparent`` upstream, so the server does not start recording it
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 import os
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
@@ -35,12 +48,19 @@ import orjson
 from mcpfault.telemetry import names, otel_env
 from mcpfault.telemetry.current_span import CURRENT_SPAN
 from mcpfault.telemetry.otlp_lines import LazyLogger, SpanLinesFile, encode_value, service_resource, span_flags
+from mcpfault.telemetry.span_writer import (
+    Definition,
+    LineSink,
+    Record,
+    WriterProcess,
+    WriterSetup,
+    proxy_log_settings,
+    slot_texts,
+)
 from mcpfault.telemetry.traceparent import parse_traceparent, valid_tracestate
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanKind
-
-    from mcpfault.telemetry.export import OtlpSender
 
 _log = LazyLogger(__name__)
 _ZERO_TRACE: Final = "0" * 32
@@ -48,6 +68,8 @@ _ZERO_SPAN: Final = "0" * 16
 
 MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
+# The spans a recorder writes itself before it starts its writer process (``writer_process``): a batch.
+PROCESS_AFTER_SPANS: Final = BATCH_SPANS
 ID_POOL: Final = 1024  # ids drawn ahead: a fifth of a second of requests at 5,000 a second
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
@@ -57,8 +79,22 @@ YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 # attributes, events, error, end Unix ns, and the span's name when only the ending knows it (or None)
 Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | None", int, "str | None"]
-# What ``end_later``'s build returns: an Ending, or the span's OTLP JSON already encoded (``SpanTemplate``).
-Built = Ending | bytes
+
+
+class Filled(NamedTuple):
+    """A span's JSON as its template and the raw values of its slots (``slot_texts`` makes them JSON):
+    what a writer process fills, so the recorder's thread need not."""
+
+    template: SpanTemplate
+    values: tuple[Any, ...]
+
+    def json(self) -> bytes:
+        return self.template.fill(slot_texts(self.values))
+
+
+# What ``end_later``'s build returns: an Ending, the span's OTLP JSON already encoded, or its template
+# and slot values (``SpanTemplate``).
+Built = Ending | bytes | Filled
 
 
 class SpanHandle:
@@ -128,6 +164,8 @@ class SpanRecorder:
         scope_name: str = "mcpfault.proxy",
         scope_version: str | None = None,
         max_queue: int = MAX_QUEUE,
+        writer_process: bool = False,
+        process_after: int = PROCESS_AFTER_SPANS,
     ) -> None:
         self._random = random.Random(os.urandom(32))
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -156,20 +194,30 @@ class SpanRecorder:
         head: dict[str, Any] = {}
         if resource.attributes:
             head["attributes"] = [{"key": k, "value": encode_value(v)} for k, v in resource.attributes.items()]
-        self._resource_entry: dict[str, Any] = {"resource": head}
+        resource_entry: dict[str, Any] = {"resource": head}
         if resource.schema_url:
-            self._resource_entry["schemaUrl"] = resource.schema_url
+            resource_entry["schemaUrl"] = resource.schema_url
         scope: dict[str, Any] = {"name": scope_name}
         if scope_version:
             scope["version"] = scope_version
-        self._scope = scope
-        self._envelope: tuple[bytes, bytes] | None = None  # the request's JSON before and after its spans
-        self._file = SpanLinesFile(spans_file) if spans_file is not None else None
-        self._sender: OtlpSender | None = None
+        request = {"resourceSpans": [{**resource_entry, "scopeSpans": [{"scope": scope, "spans": [_SPANS_SLOT]}]}]}
+        before, after = orjson.dumps(request).split(orjson.dumps(_SPANS_SLOT))
+        self._envelope = (before, after + b"\n")  # the request's JSON before and after its spans
+        # Opened here, in the proxy, even when a writer process writes: a path that cannot be written
+        # is refused at start-up, and the thread writes there itself should the process fail.
+        spans_lines = SpanLinesFile(spans_file) if spans_file is not None else None
+        sender = None
         if export is not None:
             from mcpfault.telemetry.export import OtlpSender  # protobuf modules: only when sending
 
-            self._sender = OtlpSender(export, max_attempts=3, max_retry_wait_s=2.0)
+            sender = OtlpSender(export, max_attempts=3, max_retry_wait_s=2.0)  # raises for a bad TLS file
+        self._sink = LineSink(spans_lines, sender, json=self._json)
+        self._setup = WriterSetup(*self._envelope, str(spans_file) if spans_file is not None else None, export)
+        self._wants_process = writer_process
+        self._process_after = process_after  # spans written before the writer process is worth its start
+        self._written = 0
+        self._process: WriterProcess | None = None
+        self._shipped: set[int] = set()  # the templates the writer process has the definition of
 
     # -- the hot path ------------------------------------------------------------------------------
 
@@ -326,47 +374,78 @@ class SpanRecorder:
         if not batch:
             return
         try:
-            line = self.otlp_json_line(batch)
+            records = self.records(batch)
         except Exception:  # a bad attribute must not kill the writer
             _log.exception("could not encode %d spans as OTLP JSON", len(batch))
             return
-        if self._file is not None:
+        if not records:
+            return
+        self._written += len(batch)
+        if self._wants_process and self._written >= self._process_after:
+            self._start_process()
+        process = self._process
+        if process is not None:
+            definitions: list[Definition] = []
+            shipped: list[Record] = []
+            for record in records:
+                if record.__class__ is Filled:
+                    template, values = record
+                    number = template.number
+                    if number not in self._shipped:
+                        self._shipped.add(number)
+                        definitions.append(template.definition())
+                    shipped.append((number, values))
+                else:
+                    shipped.append(record)  # type: ignore[arg-type]  # bytes
             try:
-                self._file.write_line(line)
-            except OSError:
-                _log.exception("could not write spans to %s", self._file.path)
-        if self._sender is not None:
-            self._post(self._sender, line, len(batch))
+                process.send(definitions, shipped)
+                return
+            except OSError as exc:
+                _log.warning("span writer process gone (%s): spans are written by the proxy itself", exc)
+                self._process = None
+                process.close(0.0)
+        self._write(records)
 
-    def _post(self, sender: OtlpSender, line: bytes, count: int) -> None:
-        from mcpfault.telemetry.export import ExportError, ExportTally, otlp_json_to_protobuf
-
+    def _start_process(self) -> None:
+        """Start the writer process, once, when ``process_after`` spans have been written: a proxy with
+        fewer (a short session, as each bench session's is) writes them itself, since the process's
+        start-up (~50 ms of CPU) would cost it more than the process takes off its requests' path. The
+        spans written before are in the file already, so the order of the lines holds."""
+        self._wants_process = False
         try:
-            # http/json: the same request as the line, without its newline
-            body = line[:-1] if self._json else otlp_json_to_protobuf(orjson.loads(line)).SerializeToString()
-            sender.send(body, count, ExportTally(endpoint=sender.shown))
-        except ExportError as exc:  # already free of credentials
-            _log.warning("%d spans not exported: %s", count, exc)
+            self._process = WriterProcess(replace(self._setup, log=proxy_log_settings()))
+        except OSError as exc:
+            _log.warning("span writer process not started (%s): spans are written by the proxy itself", exc)
+
+    def _write(self, records: list[bytes | Filled]) -> None:
+        try:
+            line = self._line(records)
         except Exception:
-            _log.exception("%d spans not exported to %s", count, sender.shown)
+            _log.exception("could not encode %d spans as OTLP JSON", len(records))
+            return
+        self._sink.write(line, len(records))
+
+    def _line(self, records: list[bytes | Filled]) -> bytes:
+        head, tail = self._envelope
+        spans = [record if record.__class__ is bytes else record.json() for record in records]  # type: ignore[union-attr]
+        return head + b",".join(spans) + tail
 
     def otlp_json_line(self, batch: list[tuple[Any, ...]]) -> bytes:
         """One ``ExportTraceServiceRequest`` in OTLP JSON, newline included, as ``OtlpJsonLinesExporter``
         writes it. Each span is encoded on its own (most from a ``SpanTemplate``) and the request is put
         together around them: the same bytes as encoding the request whole, since orjson writes compact JSON."""
-        if self._envelope is None:
-            entry = {**self._resource_entry, "scopeSpans": [{"scope": self._scope, "spans": [_SPANS_SLOT]}]}
-            request = {"resourceSpans": [entry]}
-            head, tail = orjson.dumps(request).split(orjson.dumps(_SPANS_SLOT))
-            self._envelope = (head, tail + b"\n")
+        return self._line(self.records(batch))
+
+    def records(self, batch: list[tuple[Any, ...]]) -> list[bytes | Filled]:
+        """Each queued span's JSON, or its template and slot values (``Filled``): its ending built."""
         dumps = orjson.dumps
-        spans: list[bytes] = []
+        spans: list[bytes | Filled] = []
         for index, item in enumerate(batch, 1):
             if len(item) == 3:  # from end_later
                 handle, build, argument = item
                 try:
                     ending = build(handle, argument)
-                    if ending.__class__ is bytes:
+                    if ending.__class__ is bytes or ending.__class__ is Filled:
                         spans.append(ending)
                     else:
                         *rest, name = ending
@@ -385,8 +464,7 @@ class SpanRecorder:
                 # sched_yield releases the GIL as sleep(0) does, without the timer slack that makes a
                 # sleep(0) last ~56 us here.
                 os.sched_yield()
-        head, tail = self._envelope
-        return head + b",".join(spans) + tail
+        return spans
 
     def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> None:
         """Flush every queued span and stop the writer; waits at most ``timeout_s``."""
@@ -397,15 +475,23 @@ class SpanRecorder:
             while self._queue:
                 self._flush_batch()
         elif thread is not None:
+            deadline = time.monotonic() + timeout_s
             self._wake.set()
             thread.join(timeout_s)
             if thread.is_alive():
                 _log.warning("span writer still busy after %.0f s; %d spans not flushed", timeout_s, len(self._queue))
                 return
+            process = self._process
+            if process is not None and not process.close(max(0.0, deadline - time.monotonic())):
+                _log.warning("span writer process did not finish in %.0f s: its last spans may be lost", timeout_s)
         if self.dropped:
             _log.warning("%d spans dropped: the span queue was full", self.dropped)
-        if self._file is not None:
-            self._file.shutdown()
+        self._sink.close()
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's id, while there is one."""
+        return self._process.pid if self._process is not None else None
 
 
 _SPANS_SLOT: Final = "@mcpfault:spans@"
@@ -419,19 +505,35 @@ class SpanTemplate:
     the slots were. Encoding a span this way costs a join instead of building and dumping its objects.
     """
 
-    __slots__ = ("_blank", "_pick")
+    __slots__ = ("_blank", "_pick", "_slots", "number")
 
     _SLOT: Final = re.compile(r'"@mcpfault:slot:(\d+)@"')
+    _NUMBERS: Final = itertools.count()
 
     def __init__(self, span: dict[str, Any]) -> None:
         pieces = self._SLOT.split(orjson.dumps(span).decode())
         # The JSON's pieces with a gap between each two, where a span's values go in the order the
         # slots appear: one slice assignment and a join, all in C (measured: 1.1 us a span against
         # 1.6 for a loop of appends and 7.8 for str.format, which parses its format on every call).
-        slots = [int(number) for number in pieces[1::2]]
+        slots = tuple(int(number) for number in pieces[1::2])
+        self._set(next(self._NUMBERS), [piece for text in pieces[0::2] for piece in (text, "")][:-1], slots)
+
+    def _set(self, number: int, blank: list[str], slots: tuple[int, ...]) -> None:
         assert len(slots) > 1, "itemgetter of one index gives a value, not a tuple: a span has more slots"
-        self._blank: list[str] = [piece for text in pieces[0::2] for piece in (text, "")][:-1]
+        self.number = number  # names the template to a writer process
+        self._blank = blank
+        self._slots = slots
         self._pick = operator.itemgetter(*slots)
+
+    def definition(self) -> Definition:
+        """What ``from_definition`` makes the same template of (in a writer process)."""
+        return self.number, self._blank, self._slots
+
+    @classmethod
+    def from_definition(cls, number: int, blank: list[str], slots: tuple[int, ...]) -> SpanTemplate:
+        template = cls.__new__(cls)
+        template._set(number, blank, slots)
+        return template
 
     @staticmethod
     def slot(number: int) -> str:

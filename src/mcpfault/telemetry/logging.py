@@ -202,6 +202,8 @@ class _StdlibHandler(logging.StreamHandler[TextIO]):
 
 
 _installed: list[tuple[_StdlibHandler, int]] = []  # (our root handler, the root level before it)
+# What ``configure`` set last (the level, the resolved format): a child process of ours logs alike.
+_configured: list[tuple[str, Literal["console", "json"]]] = []
 
 
 def configure(level: str = "warning", fmt: LogFormat = "auto") -> None:
@@ -237,6 +239,12 @@ def configure(level: str = "warning", fmt: LogFormat = "auto") -> None:
     _installed.append((handler, root.level))
     root.addHandler(handler)
     root.setLevel(numeric)
+    _configured[:] = [(level, resolved)]
+
+
+def configured() -> tuple[str, Literal["console", "json"]] | None:
+    """The level and format ``configure`` set (None before it ran): for a child process to log alike."""
+    return _configured[0] if _configured else None
 
 
 def _remove_stdlib_handler() -> None:
@@ -251,4 +259,5 @@ def _remove_stdlib_handler() -> None:
 def reset() -> None:
     """Back to structlog's defaults and the root logger as it was (for tests)."""
     _remove_stdlib_handler()
+    _configured.clear()
     structlog.reset_defaults()
