@@ -6,7 +6,7 @@ so once the bench has exited, `getrusage(RUSAGE_CHILDREN)` here holds the CPU of
 bench process's own share is read inside it (an `atexit` hook writes its RUSAGE_SELF), so the report
 splits the harness from the proxies and mock servers it started.
 
-    .venv/bin/python benchmarks/bench_cpu.py                       # the default matrix, 2,700 tasks
+    .venv/bin/python benchmarks/bench_cpu.py                       # the default matrix, 3,000 tasks
     .venv/bin/python benchmarks/bench_cpu.py --runs 3 --markdown docs/results/bench-cpu.md
     .venv/bin/python benchmarks/bench_cpu.py --expect benchmarks/reference/default-seed0.jsonl.gz -- --jobs 4
     .venv/bin/python benchmarks/bench_cpu.py -- --profiles mixed,error --tasks 20
@@ -168,6 +168,10 @@ def main() -> int:
         parser.error(f"unknown arguments {bench_args}; put the bench's own after --")
     if args.runs < 1:
         parser.error("--runs: give at least 1")
+    # The Makefile's BYTECODE step, before the first run and outside every run's figures: with
+    # PYTHONDONTWRITEBYTECODE set, a module edited since the last compile would otherwise be compiled
+    # again by every proxy and mock server (~2 ms of CPU a module), and counted as their cost.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], stdout=subprocess.DEVNULL, check=True)
     runs: list[Run] = []
     status = 0
     with tempfile.TemporaryDirectory(prefix="mcpfault-bench-cpu-") as scratch:

@@ -353,10 +353,12 @@ async def _run_tasks(
         await trace.flush()
         spans = traces.read_session_spans(plan.out_dir)
         spans = dataclasses.replace(spans, client=[*spans.client, *trace.open_tasks()])
-    _judge_into(result, world, attempts, spans, usage=usage, agent=agent)
-    result.latencies = latency_pairs(attempts, read_events(plan.out_dir / "events.jsonl"))
+    # Read once for the judge, the latencies and the server's account (each read parses the whole file).
+    events = _Events(read_events(plan.out_dir / "events.jsonl"), read_server_events(plan.out_dir / "events.jsonl"))
+    _judge_into(result, world, attempts, spans, events, usage=usage, agent=agent)
+    result.latencies = latency_pairs(attempts, events.requests)
     result.server = account_of(
-        read_server_events(plan.out_dir / "events.jsonl"),
+        events.server,
         profile=plan.profile_name,
         agent=plan.agent,
         session=plan.session,
@@ -394,6 +396,7 @@ def _judge_into(
     world: World,
     attempts: list[dict[str, Any]],
     spans: traces.SessionSpans | None,
+    events: _Events,
     *,
     usage: dict[int, Any] | None,
     agent: Any,
@@ -402,7 +405,7 @@ def _judge_into(
     (and the agent's account: its model usage, an external agent's stderr); what failed goes to ``error``."""
     plan = result.plan
     try:
-        judged = judge_session(plan, world, result.runs, attempts, spans)
+        judged = judge_session(plan, world, result.runs, attempts, spans, events=events)
     except MCPFaultError as exc:
         # A session that broke first keeps its own reason: the missing state is a consequence of it.
         result.error = str(exc) if result.error is None else f"{result.error} (and nothing could be judged: {exc})"
@@ -512,6 +515,15 @@ class Judged:
     mismatches: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class _Events:
+    """A session's events file, read once: the judge, the collateral, the latencies and the server's
+    account each used to read it again."""
+
+    requests: list[dict[str, Any]]  # read_events
+    server: list[dict[str, Any]]  # read_server_events
+
+
 def judge_session(
     plan: SessionPlan,
     world: World,
@@ -520,17 +532,23 @@ def judge_session(
     spans: traces.SessionSpans | None = None,
     *,
     rereads: bool | None = None,
+    events: _Events | None = None,
 ) -> Judged:
-    """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events."""
+    """Judge every task; which faults reached it comes from ``spans`` when given, else from the proxy's events
+    (``events``: the session's events file already read; by default it is read here)."""
+    if events is None:
+        events = _Events(read_events(plan.out_dir / "events.jsonl"), read_server_events(plan.out_dir / "events.jsonl"))
     if plan.server_cassette is not None:
-        return _judge_claims(plan, runs, attempts, spans, rereads=plan.llm is not None if rereads is None else rereads)
-    events = read_events(plan.out_dir / "events.jsonl")
+        return _judge_claims(
+            plan, runs, attempts, spans, events, rereads=plan.llm is not None if rereads is None else rereads
+        )
+    requests = events.requests
     # The bundled mock's write journal survives SIGKILL: the first source of the writes, spans the second.
     journal = read_journal(plan.out_dir / SERVER_JOURNAL) if plan.server_command is None else None
     state = _final_state(plan, journal)
     # The llm agent's every request is its own choice: sending one again is a re-read (analysis.join.acted_after).
     rereads = plan.llm is not None if rereads is None else rereads
-    by_request = touches_by_task(attempts, faults_by_request(events), rereads=rereads)
+    by_request = touches_by_task(attempts, faults_by_request(requests), rereads=rereads)
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches = by_request
     if spans is not None:
@@ -540,9 +558,9 @@ def judge_session(
     records = []
     mismatches = traces.compare_touches(touches, by_request) if spans is not None else []
     journaled = duplicates_by_task(journal, [(r.index, r.workflow, r.tag) for r in runs]) if journal else None
-    lossy_spans = spans_may_be_lost(read_server_events(plan.out_dir / "events.jsonl"))
+    lossy_spans = spans_may_be_lost(events.server)
     probed, unjudged = (
-        probe_duplicates_by_task(attempts, events, state_changes=SERVER_JOURNAL, write_tools=_mock_write_tools())
+        probe_duplicates_by_task(attempts, requests, state_changes=SERVER_JOURNAL, write_tools=_mock_write_tools())
         if plan.probe is not None and plan.server_command is None  # the bundled mock, which journals
         else (None, set())
     )
@@ -598,14 +616,14 @@ def _judge_claims(
     runs: Sequence[TaskRun],
     attempts: Sequence[dict[str, Any]],
     spans: traces.SessionSpans | None,
+    events: _Events,
     *,
     rereads: bool,
 ) -> Judged:
     """A session against a server cassette: the faults that reached each task as usual, its outcome from the
     agent's claim alone (a recorded server keeps no state and knows no right answer)."""
     assert plan.server_cassette is not None
-    events = read_events(plan.out_dir / "events.jsonl")
-    by_request = touches_by_task(attempts, faults_by_request(events), rereads=rereads)
+    by_request = touches_by_task(attempts, faults_by_request(events.requests), rereads=rereads)
     tasks = traces.task_traces(spans) if spans is not None else {}
     touches, mismatches = by_request, []
     if spans is not None:
@@ -637,7 +655,7 @@ def _judge_claims(
 def _attribute_collateral(
     plan: SessionPlan,
     records: Sequence[TaskRecord],
-    events: Sequence[dict[str, Any]],
+    events: _Events,
     attempts: Sequence[dict[str, Any]],
 ) -> list[TaskRecord]:
     """A failed task no fault of its own explains, whose requests met the server still held by an earlier
@@ -646,13 +664,13 @@ def _attribute_collateral(
 
     holds = {rule.name: rule.fault.holds_server_s() for rule in profile.load(plan.profile).rules}
     task_of_request = {a["request_id"]: a["task"] for a in attempts if a.get("task") is not None}
-    windows = outages(events, read_server_events(plan.out_dir / "events.jsonl"), task_of_request, holds)
+    windows = outages(events.requests, events.server, task_of_request, holds)
     unexplained = [
         r.task_index for r in records if r.outcome in ("failed_detected", "failed_silent") and not r.affected_types
     ]
     if not windows or not unexplained:
         return list(records)
-    caused = collateral(windows, events, task_of_request, unexplained)
+    caused = collateral(windows, events.requests, task_of_request, unexplained)
     judged = []
     for record in records:
         window = caused.get(record.task_index)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mcpfault.errors import MCPFaultError
+from mcpfault.mock import jsontext
 from mcpfault.mock.world import UnknownIdError, World
 
 CONFIG_TEMPLATE: Final = "netops://devices/{device_id}/config"
@@ -114,7 +115,7 @@ def read(world: World, uri: str) -> dict[str, Any]:
             raise ResourceNotFound(uri)
     except UnknownIdError:
         raise ResourceNotFound(uri) from None
-    return {"contents": [{"uri": uri, "mimeType": JSON_MIME, "text": json.dumps(content, indent=2)}]}
+    return {"contents": [{"uri": uri, "mimeType": JSON_MIME, "text": jsontext.indented(content)}]}
 
 
 def _incident(incident: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ Requests are handled one at a time, in order, on the main thread; each response 
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import signal
@@ -17,6 +16,7 @@ import sys
 from types import FrameType
 from typing import BinaryIO, Final
 
+from mcpfault.mock import jsontext
 from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.session import (
     CAPABILITIES,
@@ -127,7 +127,7 @@ def write_state(world: World, state_path: pathlib.Path, *, unless_present: bool 
     idle one's untouched world must not replace the state of the one that served, whichever exits first.
     """
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(world.final_state(), indent=2) + "\n").encode("utf-8")
+    data = (jsontext.indented(world.final_state()) + "\n").encode("utf-8")
     if unless_present:
         try:
             fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -24,13 +24,12 @@ the SDK's `MCPServer` did, era rules included:
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from mcpfault.errors import MCPFaultError
-from mcpfault.mock import resources
+from mcpfault.mock import jsontext, resources
 from mcpfault.mock.journal import Journal, JournalError
 from mcpfault.mock.schema import argument_problems
 from mcpfault.mock.tools import TOOLS
@@ -312,7 +311,7 @@ class Session:
             return {"content": [{"type": "text", "text": text}], "isError": True}
         if self._journal is not None and self.world.revision != revision:
             self._journal.append(name, arguments, self.world.revision)  # before the answer: a lost one still counts
-        text = json.dumps(structured, indent=2, ensure_ascii=False)
+        text = jsontext.indented(structured, ensure_ascii=False)
         return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
 
     # -- resources and the prompt (mock/resources.py) --
