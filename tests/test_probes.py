@@ -102,3 +102,29 @@ def test_requests_in_keeps_a_record_holding_a_line_separator(tmp_path: Path) -> 
     events.write_text("\n".join(lines) + '\n{"time": "2026-12-03T12:00:0', encoding="utf-8")  # a line being written
     start = datetime.fromisoformat("2026-12-03T12:00:00+00:00").timestamp()
     assert probes.requests_in(probes.Window(start, start + 5, events)) == [inside]
+
+
+def test_a_task_the_method_met_counts_during_it_and_after_means_begun_after() -> None:
+    from mcpfault.analysis.records import TaskRecord
+
+    def task(index: int, began: float, finished: float) -> tuple[float, TaskRecord]:
+        return finished, TaskRecord("p", "a", 0, index, "open_incident", "failed_silent", duration_s=finished - began)
+
+    tasks = [
+        task(0, 1.0, 1.5),  # over before the method (2-4 s): before
+        task(1, 1.8, 2.2),  # began before, ran into it: during
+        task(2, 3.9, 4.3),  # met the fault's last moment, finished after it: during, not after
+        task(3, 4.0, 4.2),  # began as the method ended: after
+        task(4, 1.5, 5.0),  # spans the whole method: during
+    ]
+    placed = probes.place_tasks(tasks, 2.0, 4.0)
+
+    def counted(start: float, end: float) -> list[int]:
+        window = probes.Window(start, end, Path("/nonexistent"), placed)
+        return [record.task_index for at, record in window.tasks if window.start <= at < window.end]
+
+    assert counted(0.0, 2.0) == [0]
+    assert counted(2.0, 4.0) == [1, 2, 4]
+    assert counted(4.0, 9.0) == [3]
+    spec = ProbeSpec("silent", "metric", ANY, metric="silent_failure_rate")
+    assert probes.measure(spec, probes.Window(4.0, 9.0, Path("/nonexistent"), placed)) == 1.0

@@ -33,7 +33,8 @@ class Window:
     start: float
     end: float
     events_path: Path
-    tasks: Sequence[tuple[float, TaskRecord]] = field(default=())  # (finished at, record)
+    # (when the task counts, record): a task counts in [start, end) (``place_tasks``)
+    tasks: Sequence[tuple[float, TaskRecord]] = field(default=())
 
 
 Probe = Callable[[ProbeSpec, Window], Any]
@@ -51,13 +52,33 @@ def requests_in(window: Window) -> list[dict[str, Any]]:
     return found
 
 
+def place_tasks(
+    finished: Sequence[tuple[float, TaskRecord]], method_start: float, method_end: float
+) -> list[tuple[float, TaskRecord]]:
+    """Each task (by the time it finished) at the time it counts for the phases: a task that ran into the
+    method, even for a moment, counts during it (at the middle of its overlap); one over before the
+    method started counts before, when it finished; one begun after the method ended counts after, when it
+    began. So the "after" phase judges recovery, not the tail of a task the fault already met."""
+    placed = []
+    for at, record in finished:
+        began = at - record.duration_s
+        if at < method_start:
+            when = at
+        elif began >= method_end:
+            when = began
+        else:
+            when = (max(began, method_start) + min(at, method_end)) / 2
+        placed.append((when, record))
+    return placed
+
+
 def event_time(record: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(record["time"])).timestamp()
 
 
 def metric(spec: ProbeSpec, window: Window) -> Any:
     if spec.metric in ("task_success_rate", "silent_failure_rate"):
-        outcomes = [r.outcome for at, r in window.tasks if window.start <= at <= window.end]
+        outcomes = [r.outcome for at, r in window.tasks if window.start <= at < window.end]
         if not outcomes:
             return None
         wanted = TASK_SUCCESS if spec.metric == "task_success_rate" else frozenset({"failed_silent"})

@@ -408,13 +408,14 @@ class _Run:
             "during": (outcome.method_start, outcome.method_end),
             "after": (outcome.method_end, outcome.method_end + self.plan.cooldown_s + 5.0),
         }
+        placed = probes.place_tasks(self.target.tasks, outcome.method_start, outcome.method_end)
         for m in outcome.measured:
             if m.spec.live:
                 continue
             for phase, (start, end) in phases.items():
                 if phase == "during" and not m.spec.during:
                     continue
-                value = probes.measure(m.spec, probes.Window(start, end, self.target.events, self.target.tasks))
+                value = probes.measure(m.spec, probes.Window(start, end, self.target.events, placed))
                 m.record(phase, value)
         if outcome.state == "stopped":
             outcome.verdict = f"stopped at t={outcome.stopped_at_s:g} s by condition {outcome.stopped_by!r}"
