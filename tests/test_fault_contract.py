@@ -2,7 +2,7 @@
 
 The proof is a fault that exists only here (tests/contract_fault/stamp.py), registered in a fresh
 process the way a newcomer's catalog line would: the proxy applies it, and its events, spans, summary,
-metric labels and the judge know it, with nothing else changed. The catalog refuses what would make
+metric labels, the judge and the report know it, with nothing else changed. The catalog refuses what would make
 two types indistinguishable, and no generic module switches on a fault type's name.
 """
 
@@ -74,7 +74,8 @@ def test_a_new_fault_type_is_its_module_and_one_catalog_line(tmp_path: Path) -> 
     stamped = [e for span in read_spans(spans) for e in span.events if e.name == "mcpfault.stamp"]
     assert [dict(e.attributes)[names.FAULT_FIELDS] for e in stamped] == [("stamped_by",)]
     assert "stamp" in ran.stderr  # the fault table at exit
-    # The analysis (a process of its own, with the same catalog line): spans to faults, tables, labels, the judge.
+    # The analysis (a process of its own, with the same catalog line): spans to faults, tables, labels, the
+    # judge, and the report.
     judged = _python(
         "import json, sys\n"
         "from mcpfault.analysis import summary, traces\n"
@@ -82,15 +83,26 @@ def test_a_new_fault_type_is_its_module_and_one_catalog_line(tmp_path: Path) -> 
         "from mcpfault.faults.catalog import CATALOG\n"
         "from mcpfault.proxy.observe import fault_label_sets\n"
         "from mcpfault.telemetry.span_files import read_spans\n"
+        "from mcpfault.analysis.records import TaskRecord\n"
+        "from mcpfault.harness.report import ReportMeta, render_markdown\n"
         "found = [f for span in read_spans(sys.argv[1]) for f in traces.proxy_faults(span)]\n"
         "types, modes = fault_label_sets(CATALOG)\n"
         "view = AttemptView(tool='get_device_status', changed_fields=frozenset({'stamped_by'}))\n"
         "reads = TaskReads({'get_device_status': frozenset({'status'})})\n"
+        "records = [TaskRecord('stamped', 'naive', 0, 0, 'site_triage', 'recovered', fault_types=('stamp',),\n"
+        "    affected_types=('stamp',), recovery_s=0.2, fault_modes=('stamp:stamp',))]\n"
+        "meta = ReportMeta('mcpfault bench', 0, 1, 1.0, 1, '', '')\n"
+        "report = render_markdown(summary.summarize(records), meta, records=records)\n"
         "print(json.dumps([found, 'stamp' in summary.FAULT_TYPE_ORDER, 'stamp' in types, 'stamp' in modes,\n"
-        "    affects('stamp', view, reads), affects('stamp', AttemptView(tool='get_device_status'), reads)]))\n",
+        "    affects('stamp', view, reads), affects('stamp', AttemptView(tool='get_device_status'), reads),\n"
+        "    [line for line in report.splitlines() if line.startswith('| stamp ')]]))\n",
         str(spans),
     )
-    assert json.loads(judged.stdout) == [[["stamp", "stamp"]], True, True, True, False, True], judged.stderr
+    verdict = json.loads(judged.stdout) if judged.returncode == 0 else None
+    assert verdict is not None, judged.stderr
+    assert verdict[:6] == [[["stamp", "stamp"]], True, True, True, False, True]
+    # The report's recovery table has a row for it: the one task, recovered in 200 ms.
+    assert [row.split("|")[1:3] for row in verdict[6]] == [[" stamp      ", " 200 ms / 200 ms (1) "]], verdict[6]
 
 
 def _initialize() -> dict[str, object]:
