@@ -32,7 +32,7 @@ MCPFaultError
 │   └── NotFound, Conflict, NoServerControl, Invalid
 ├── ApiError, Unreachable, BadUrl   a control API client's failures (control.client)
 ├── CannotRestart           no server to restart (control.server)
-├── ProxyError              api.Proxy could not start its proxy (api._proxy)
+├── ProxyError              api.Proxy could not start its proxy (app.launch)
 ├── ReadyFileError          a readiness record that is not one, or never came (app.ready)
 ├── Failed                  an experiment step failed (experiments.runner)
 ├── Miss                    a replayed request the cassette has no answer for (cassette.matching)

@@ -30,7 +30,7 @@ Errors (all MCPFaultError):
 ├── ExperimentError   an experiment file is not valid; ``.problems`` names each
 ├── ProxyError        the proxy did not start; the message carries what it said
 ├── ApiError          the control API refused (``.status``, ``.message``, ``.problems``)
-└── Unreachable       nothing answered at the control URL (not an MCPFaultError: a connection fact)
+└── Unreachable       nothing answered at the control URL
 
 Example::
 
@@ -56,8 +56,8 @@ from mcpfault.api._documents import (
     scripted_agents,
 )
 from mcpfault.api._experiments import run_experiment
-from mcpfault.api._proxy import InjectedFault, Proxy, ProxyError
 from mcpfault.api._runs import task_outcomes
+from mcpfault.app.launch import InjectedFault, Proxy, ProxyError
 from mcpfault.control.client import ApiError, Control, Unreachable
 from mcpfault.errors import MCPFaultError, ProfileError, UsageError
 from mcpfault.experiments.plan import ExperimentError

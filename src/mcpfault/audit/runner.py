@@ -1,6 +1,6 @@
 """Performs an audit: lists the server's tools, then (with ``confirm``) calls each planned tool through
-an mcpfault proxy (``api.Proxy``: the same proxy, faults, probe and supervisor as any session; no
-transport of its own), and grades what was seen.
+an mcpfault proxy (``app.launch.Proxy``, the public ``api.Proxy``: the same proxy, faults, probe and
+supervisor as any session; no transport of its own), and grades what was seen.
 
 One session per audit. A rule per tool loses the reply of its second call (the proxy drops it, or
 kills the server after it acted and the supervisor restarts it), and, when the schema offers an
@@ -223,7 +223,7 @@ def _perform(
     settings: Settings, audits: list[ToolAudit], out: Path, workdir: Path
 ) -> tuple[list[_AuditCall], list[Any], dict[int, ProbeSeen], int]:
     """The calls, the proxy's spans, the probe's reports by call number, and how many tools/call went."""
-    from mcpfault.api import Proxy, ProxyError
+    from mcpfault.app.launch import Proxy, ProxyError
 
     common: dict[str, Any] = {"profile": _profile(settings, audits), "seed": settings.seed, "workdir": out}
     if settings.probe is not None:
