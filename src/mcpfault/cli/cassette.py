@@ -18,7 +18,12 @@ EXIT_BREAKING = 1
 
 
 def add_parsers(commands: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
+    _add_record(commands)
+    _add_replay(commands)
+    _add_cassette(commands)
+
+
+def _add_record(commands: Any) -> None:
     record = commands.add_parser(
         "record",
         help="record every message of an MCP session into a cassette (a transparent stdio proxy)",
@@ -29,7 +34,7 @@ def add_parsers(commands: Any) -> None:
         "  mcpfault record --out s.cassette --redact api_key --redact password -- python server.py\n"
         "  mcpfault record --out remote.cassette --listen 127.0.0.1:8080 --upstream https://staging.example/mcp\n"
         "exit status: the server's; 2 bad usage",
-        formatter_class=raw,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     record.add_argument("--out", type=Path, required=True, metavar="FILE.cassette", help="the cassette to write")
     record.add_argument(
@@ -57,6 +62,8 @@ def add_parsers(commands: Any) -> None:
     record.add_argument("command", nargs=argparse.REMAINDER, help="-- the server's command")
     record.set_defaults(handler=_record)
 
+
+def _add_replay(commands: Any) -> None:
     replay = commands.add_parser(
         "replay",
         help="serve a cassette as an MCP server on stdio (answers matched to the recorded requests)",
@@ -70,7 +77,7 @@ def add_parsers(commands: Any) -> None:
         "  strict         the next recorded request, which must equal this one\n"
         "examples:\n  mcpfault replay time.cassette\n  mcpfault replay time.cassette --config flaky --seed 7\n"
         "exit status: 0 when the client closes stdin; 2 bad usage or not a cassette",
-        formatter_class=raw,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay.add_argument("cassette", type=Path, metavar="FILE.cassette")
     replay.add_argument(
@@ -94,6 +101,8 @@ def add_parsers(commands: Any) -> None:
     )
     replay.set_defaults(handler=_replay)
 
+
+def _add_cassette(commands: Any) -> None:
     cassette = commands.add_parser(
         "cassette",
         help="show a cassette, or diff two cassettes' listings (a CI gate on server upgrades)",
@@ -101,7 +110,7 @@ def add_parsers(commands: Any) -> None:
         "each breaking or compatible.",
         epilog="examples:\n  mcpfault cassette show time.cassette\n  mcpfault cassette diff old.cassette new.cassette\n"
         "exit status: 0; diff: 1 when a change is breaking; 2 bad usage",
-        formatter_class=raw,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = cassette.add_subparsers(dest="action", metavar="ACTION")
     show = actions.add_parser("show", help="print a cassette as a readable table")

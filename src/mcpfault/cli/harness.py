@@ -7,15 +7,28 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpfault.cli import external_agents
 from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics, stdout_console
 from mcpfault.cli.progress import progress
 from mcpfault.errors import UsageError
 
+if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
+    from rich.console import Console
+
+    from mcpfault.analysis.records import TaskRecord
+    from mcpfault.app.bench import BenchOutcome
+    from mcpfault.harness.session import SessionResult
+
 
 def add_parsers(commands: Any) -> None:
+    _add_run(commands)
+    _add_bench(commands)
+    _add_report(commands)
+
+
+def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="one session: an agent runs tasks through the proxy against the bundled mock server",
@@ -55,6 +68,8 @@ def add_parsers(commands: Any) -> None:
     external_agents.add_options(run, bench=False)
     run.set_defaults(handler=_run)
 
+
+def _add_bench(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="the matrix of profiles x agents; outcomes, retries, duplicates, recovery time; report.md and charts",
@@ -121,6 +136,8 @@ def add_parsers(commands: Any) -> None:
     external_agents.add_options(bench, bench=True)
     bench.set_defaults(handler=_bench)
 
+
+def _add_report(commands: Any) -> None:
     report = commands.add_parser(
         "report",
         help="merge bench shards into one report, judge a run again, or write report.html for a run",
@@ -434,22 +451,11 @@ def _console() -> Any:
 def _run(args: argparse.Namespace) -> int:
     from mcpfault.app.run import plan_session, run_session_dir
     from mcpfault.faults import profile
-    from mcpfault.harness.agents.policies import check_agent_name
     from mcpfault.harness.bench import resolve_profile
-    from mcpfault.harness.report import print_model_usage, print_outcomes
+    from mcpfault.harness.report import print_outcomes
 
     loaded = profile.load(resolve_profile(args.profile))
-    llm = None
-    external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
-    if args.agent == "llm":
-        (llm,) = _llm_variants(args, args.model)
-        agent = llm.label
-    elif external:
-        _no_llm_options(args, args.model)
-        agent = args.agent
-    else:
-        _no_llm_options(args, args.model)
-        agent = check_agent_name(args.agent)
+    agent, llm, external = _run_agent(args)
     if args.tasks < 1:
         raise UsageError(f"--tasks {args.tasks}: give at least 1")
     cassette = _server_cassette(args, (args.agent,))
@@ -500,15 +506,7 @@ def _run(args: argparse.Namespace) -> int:
         live.close()
     over = " over Streamable HTTP" if args.transport == "http" else ""
     print_outcomes(result.records, console, title=f"{args.tasks} tasks, profile {loaded.name!r}, agent {agent!r}{over}")
-    if result.records:
-        print_model_usage(result.records, console)
-    console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
-    console.print(
-        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans"
-        + (", proxy log and server state" if cassette is None else " and proxy log")  # a cassette keeps no state
-        + f" in {out}/"
-        + (f"; session trace {result.trace_id}, a trace per task (traces show {out})" if result.trace_id else "")
-    )
+    _print_run_files(result, out, console, cassette=cassette is not None)
     pushed = _push(args.pushgateway, result.records, out, "run")
     if result.error:
         print(f"mcpfault run: {result.error}", file=sys.stderr)
@@ -516,13 +514,39 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK if pushed else EXIT_CHECK_FAILED
 
 
+def _run_agent(args: argparse.Namespace) -> tuple[str, Any, tuple[Any, ...]]:
+    """``run --agent``: its label, the model variant of ``llm`` (else None), and the external agent's
+    configuration (a list of at most one)."""
+    from mcpfault.harness.agents.policies import check_agent_name
+
+    external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
+    if args.agent == "llm":
+        (llm,) = _llm_variants(args, args.model)
+        return llm.label, llm, external
+    _no_llm_options(args, args.model)
+    return (args.agent if external else check_agent_name(args.agent)), None, external
+
+
+def _print_run_files(result: SessionResult, out: Path, console: Console, *, cassette: bool) -> None:
+    """After ``run``'s outcome table: the model's usage, the proxy's log, and where everything is."""
+    from mcpfault.harness.report import print_model_usage
+
+    if result.records:
+        print_model_usage(result.records, console)
+    console.print((out / "proxy.log").read_text(errors="replace").rstrip(), markup=False, highlight=False)
+    console.print(
+        f"wall time {result.wall_s:.1f} s; records, attempts, events, spans"
+        + (" and proxy log" if cassette else ", proxy log and server state")  # a cassette keeps no state
+        + f" in {out}/"
+        + (f"; session trace {result.trace_id}, a trace per task (traces show {out})" if result.trace_id else "")
+    )
+
+
 def _bench(args: argparse.Namespace) -> int:
     import shlex
 
-    from mcpfault.analysis.summary import summarize
     from mcpfault.app import bench as app_bench
     from mcpfault.harness.bench import DEFAULT_AGENTS, parse_shard
-    from mcpfault.harness.report import print_model_usage, print_summary
 
     agents = tuple(a.strip() for a in args.agents.split(",")) if args.agents else DEFAULT_AGENTS
     llm: tuple[Any, ...] = ()
@@ -582,7 +606,19 @@ def _bench(args: argparse.Namespace) -> int:
     finally:
         live.close()
     records = list(done.records)
-    if done.no_ground_truth or cassette is not None:
+    _print_bench(done, records, console, cassette=cassette is not None)
+    pushed = _push(args.pushgateway, records, done.out_dir, "bench")
+    for error in done.errors:
+        print(f"mcpfault bench: {error}", file=sys.stderr)
+    return EXIT_CHECK_FAILED if done.errors or not pushed else EXIT_OK
+
+
+def _print_bench(done: BenchOutcome, records: list[TaskRecord], console: Console, *, cassette: bool) -> None:
+    """``bench``'s table (claims only, against a server cassette), the model's usage, and where the report is."""
+    from mcpfault.analysis.summary import summarize
+    from mcpfault.harness.report import print_model_usage, print_summary
+
+    if done.no_ground_truth or cassette:
         from mcpfault.harness.claims_report import print_claims
 
         title = "tasks per profile and agent against the server cassette"
@@ -595,10 +631,6 @@ def _bench(args: argparse.Namespace) -> int:
         f"{len(records)} tasks in {done.sessions} sessions, wall time {done.wall_s:.1f} s"
         + (f"; report: {done.report}" if done.report else "")
     )
-    pushed = _push(args.pushgateway, records, done.out_dir, "bench")
-    for error in done.errors:
-        print(f"mcpfault bench: {error}", file=sys.stderr)
-    return EXIT_CHECK_FAILED if done.errors or not pushed else EXIT_OK
 
 
 def _check_pushgateway(url: str | None) -> None:

@@ -64,6 +64,29 @@ def add_parser(commands: Any) -> None:
         help="start the server, read its tools, resources and prompts, print which rule matches which tool "
         "and which rules match nothing, then exit (1 when a rule matches nothing)",
     )
+    _telemetry_options(proxy)
+    proxy.add_argument(
+        "--control",
+        metavar="HOST:PORT",
+        help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
+        "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
+    )
+    proxy.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE.json",
+        help="once serving, write where the proxy is (MCP endpoint, control API, /metrics, pid, the "
+        "server's generation) as one JSON object, again at each server restart; removed at exit "
+        "(for programs: parse this, not the lines on stderr)",
+    )
+    _probe_options(proxy)
+    _http_options(proxy)
+    logging_options(proxy)
+    proxy.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_COMMAND [ARGS...]")
+    proxy.set_defaults(handler=_proxy)
+
+
+def _telemetry_options(proxy: argparse.ArgumentParser) -> None:
     proxy.add_argument("--spans", type=Path, metavar="FILE.jsonl", help="write one OTLP JSON line per span batch")
     proxy.add_argument(
         "--otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT)"
@@ -84,20 +107,9 @@ def add_parser(commands: Any) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus /metrics here (127.0.0.1 unless a token is set: MCPFAULT_METRICS_TOKEN)",
     )
-    proxy.add_argument(
-        "--control",
-        metavar="HOST:PORT",
-        help="serve the control API here (JSON over HTTP: change faults live; see 'mcpfault ctl'); "
-        "127.0.0.1 unless MCPFAULT_CONTROL_TOKEN is set; port 0 picks one (printed at start)",
-    )
-    proxy.add_argument(
-        "--ready-file",
-        type=Path,
-        metavar="FILE.json",
-        help="once serving, write where the proxy is (MCP endpoint, control API, /metrics, pid, the "
-        "server's generation) as one JSON object, again at each server restart; removed at exit "
-        "(for programs: parse this, not the lines on stderr)",
-    )
+
+
+def _probe_options(proxy: argparse.ArgumentParser) -> None:
     probe = proxy.add_argument_group(
         "side effects", "what the server's processes did during each tool call (mcpfz-probe's sidecar protocol)"
     )
@@ -113,6 +125,9 @@ def add_parser(commands: Any) -> None:
         metavar="POLICY.toml",
         help="allow-lists for findings (RuntimePolicy's keys; default: the profile's [probe] table)",
     )
+
+
+def _http_options(proxy: argparse.ArgumentParser) -> None:
     http = proxy.add_argument_group(
         "Streamable HTTP", "serve MCP over HTTP instead of stdin/stdout (a reverse proxy in front of --upstream)"
     )
@@ -136,9 +151,6 @@ def add_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="how long a request whose answer a fault lost stays open before the proxy closes it (default 300)",
     )
-    logging_options(proxy)
-    proxy.add_argument("server", nargs=argparse.REMAINDER, metavar="-- SERVER_COMMAND [ARGS...]")
-    proxy.set_defaults(handler=_proxy)
 
 
 def _proxy(args: argparse.Namespace) -> int:
