@@ -25,6 +25,7 @@ import pytest
 from mcpfault.app import proxy as app_proxy
 from mcpfault.app import ready
 from mcpfault.errors import UsageError
+from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile
 from tests.http_support import SdkHttpServer, modern_call, sdk_server
 
@@ -93,7 +94,7 @@ def _read_line(fd: int, buffer: bytearray) -> dict[str, Any]:
 
 def _lines(events_file: Path) -> list[dict[str, Any]]:
     """Every line of an events file: the launch's start and stop lines with the requests'."""
-    return [json.loads(line) for line in events_file.read_text().splitlines()]
+    return read_jsonl(events_file, strict=True)
 
 
 def _request(request_id: int, method: str, params: dict[str, Any] | None = None) -> bytes:

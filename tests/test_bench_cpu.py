@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.protocol.jsonlines import parse_jsonl, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -62,9 +62,9 @@ def test_a_task_on_one_side_only_is_a_difference(tmp_path):
 def test_a_gzipped_reference_reads_back_as_the_records(tmp_path):
     records = write(tmp_path / "records.jsonl", [{**RECORD, "task_index": 4}, RECORD])
     write_reference(records, tmp_path / "ref.jsonl.gz")
-    lines = gzip.decompress((tmp_path / "ref.jsonl.gz").read_bytes()).decode().splitlines()
-    assert [json.loads(line)["task_index"] for line in lines] == [3, 4]  # sorted
-    assert "duration_s" not in lines[0]
+    rows = parse_jsonl(gzip.decompress((tmp_path / "ref.jsonl.gz").read_bytes()), where="ref.jsonl.gz")
+    assert [row["task_index"] for row in rows] == [3, 4]  # sorted
+    assert "duration_s" not in rows[0]
     assert compare(read_outcomes(tmp_path / "ref.jsonl.gz"), read_outcomes(records)) == []
 
 

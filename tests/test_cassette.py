@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.protocol.jsonlines import parse_jsonl, read_jsonl
 from tests.sdk_support import Progress
 from tests.test_interop import EVERYTHING, TIME_SERVER, needs_npm
 
@@ -166,7 +166,7 @@ async def test_secrets_and_redact_arguments_are_absent_from_the_cassette(tmp_pat
     text = cassette.read_text()
     assert secret not in text and "abcDEF123456789xyz" not in text and '"k-1"' not in text
     assert "[redacted]" in text and "get_current_time" in text
-    header = json.loads(text.splitlines()[0])
+    header = parse_jsonl(text)[0]
     assert header["redacted_arguments"] == ["timezone"]
     # A redacted argument still matches on replay: the recorded [redacted] stands for any value.
     async with Client(stdio_client(params(replay(cassette))), mode="legacy", read_timeout_seconds=10) as client:
@@ -434,7 +434,7 @@ async def test_record_upstream_records_a_remote_http_server_and_replay_gives_the
         assert upstream.calls()[:1] == ["next_ticket support 1"]  # the calls did reach the real server
     text = cassette.read_text()
     assert "remote-secret-token-123456" not in text and "Secretville" not in text  # header and --redact
-    rows = [json.loads(line) for line in text.splitlines()]
+    rows = parse_jsonl(text)
     assert rows[0]["eras"] == [{"legacy": "legacy", "auto": "modern"}[mode]]
     http = [row["http"] for row in rows[1:] if "http" in row]
     assert {"method": "POST", "headers": {**http[0]["headers"], "authorization": "[redacted]"}} == http[0]
@@ -534,7 +534,7 @@ def test_what_the_server_sent_while_nothing_was_pending_is_replayed_after_the_an
     )
     out = io.BytesIO()
     assert serve_stdio(cassette, "method+params", "none", stdin=io.BytesIO(live), stdout=out) == 0
-    sent = [json_.loads(line) for line in out.getvalue().splitlines()]
+    sent = parse_jsonl(out.getvalue())
     assert sent == [
         {"jsonrpc": "2.0", "id": 7, "result": {"content": []}},
         changed,

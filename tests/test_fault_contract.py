@@ -20,6 +20,7 @@ import pytest
 from mcpfault.analysis.join import faults_by_request
 from mcpfault.faults.catalog import CATALOG, Catalog
 from mcpfault.mock.world import World
+from mcpfault.protocol.jsonlines import parse_jsonl
 from mcpfault.proxy.events import read_events
 from mcpfault.telemetry import names
 from mcpfault.telemetry.span_files import read_spans
@@ -67,7 +68,7 @@ def test_a_new_fault_type_is_its_module_and_one_catalog_line(tmp_path: Path) -> 
         *server,
         input="".join(json.dumps(m) + "\n" for m in messages),
     )
-    answers = {a["id"]: a for a in map(json.loads, ran.stdout.splitlines())}
+    answers = {a["id"]: a for a in parse_jsonl(ran.stdout, where="the proxy's stdout")}
     assert answers[2]["result"]["structuredContent"]["stamped_by"] == "here", ran.stderr
     # The events file, the span and the summary name it, by its type, mode and event.
     assert faults_by_request(read_events(events))[2] == [("stamp", "stamp")]

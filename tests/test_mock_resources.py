@@ -14,6 +14,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcpfault.mock import World
 from mcpfault.mock.resources import compliant, config_uri, device_config
 from mcpfault.mock.session import Session
+from mcpfault.protocol.jsonlines import parse_jsonl
 from tests.test_mock_server import ENVELOPE, INITIALIZE, SEED, _ask, _error, _legacy, _result
 
 
@@ -22,7 +23,7 @@ def _line(session: Session, request_id: int, method: str, params: dict[str, Any]
     request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
     written = session.handle_line(json.dumps(request).encode() + b"\n")
     assert written is not None
-    return [json.loads(line) for line in written.splitlines()]
+    return parse_jsonl(written)
 
 
 def _config(result: dict[str, Any]) -> dict[str, Any]:

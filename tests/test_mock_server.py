@@ -21,6 +21,7 @@ from mcp.types import CallToolResult, TextContent
 
 from mcpfault.mock import World
 from mcpfault.mock.session import CAPABILITIES, INSTRUCTIONS, Session
+from mcpfault.protocol.jsonlines import parse_jsonl
 
 SEED = 7
 TIMEOUT = 30.0
@@ -648,7 +649,7 @@ def test_signal_in_a_burst_leaves_whole_answers_and_a_consistent_state(tmp_path:
         server.proc.stdin.flush()
         server.receive()  # handling has begun
         server.proc.send_signal(signal.SIGTERM)
-        answered = 1 + sum(1 for line in server.proc.stdout.read().splitlines() if json.loads(line)["result"])
+        answered = 1 + sum(1 for answer in parse_jsonl(server.proc.stdout.read()) if answer["result"])
     finally:
         rc = server.wait()
     assert rc == 0
@@ -670,7 +671,7 @@ def test_eof_answers_everything_then_writes_state(tmp_path: pathlib.Path) -> Non
         server.send({"jsonrpc": "2.0", "id": f"late-{n}", "method": "tools/call", "params": {"name": "list_sites"}})
     assert server.proc.stdin is not None and server.proc.stdout is not None
     server.proc.stdin.close()
-    late = [json.loads(line) for line in server.proc.stdout.read().splitlines()]
+    late = parse_jsonl(server.proc.stdout.read())
     assert [r["id"] for r in late] == [f"late-{n}" for n in range(5)]
     assert server.wait() == 0
     recorded = json.loads(state.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mcpfz_probe import RuntimePolicy, SidecarRuntimeMonitor, evaluate_events
 
-from mcpfault.protocol.jsonlines import read_jsonl
+from mcpfault.protocol.jsonlines import parse_jsonl, read_jsonl
 
 SCRIPT = {
     "events": [
@@ -109,7 +109,7 @@ def test_overlapping_calls_make_their_events_ambiguous(events_file: Path, tmp_pa
 def run_sidecar(events: Path, controls: list[dict]) -> list[dict]:
     lines = "".join(json.dumps(c) + "\n" for c in controls)
     done = subprocess.run(sidecar_command(events), input=lines, capture_output=True, text=True, timeout=60, check=True)
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return parse_jsonl(done.stdout, where="the sidecar's stdout")
 
 
 def test_the_fake_is_deterministic_and_answers_bad_control_lines(events_file: Path) -> None:

@@ -7,7 +7,6 @@ line per request (completed or cut short), and the proxy exits with the server's
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mcpfault.protocol.jsonlines import parse_jsonl
 from mcpfault.proxy.events import read_events
 from tests.conftest import PROFILES, ProxyProcess, call, request
 
@@ -26,17 +26,17 @@ COMPLETED = 5
 IN_FLIGHT = 2
 
 
-def read_jsonl(path: Path) -> list[Any]:
+def complete_jsonl(path: Path) -> list[Any]:
     """Every line must be complete JSON: a half-written line fails here."""
     data = path.read_bytes()
     assert data.endswith(b"\n"), data[-200:]
-    return [json.loads(line) for line in data.split(b"\n") if line]
+    return parse_jsonl(data, where=str(path))
 
 
 def read_spans(path: Path) -> list[dict[str, Any]]:
     return [
         span
-        for batch in read_jsonl(path)
+        for batch in complete_jsonl(path)
         for resource in batch["resourceSpans"]
         for scope in resource["scopeSpans"]
         for span in scope["spans"]
@@ -108,7 +108,7 @@ def test_a_signal_with_requests_in_flight_flushes_events_and_spans_and_ends_the_
     try:
         pid = start_with_requests_in_flight(proxy)
         proxy.signal(signum)
-        answers = [json.loads(line) for line in proxy.read_until_eof(timeout=10).splitlines()]
+        answers = parse_jsonl(proxy.read_until_eof(timeout=10))
         assert [a["id"] for a in answers] == list(range(COMPLETED + 1, COMPLETED + 1 + IN_FLIGHT))
         assert all(
             a["error"]["code"] == -32000 and f"exited with code {status}" in a["error"]["message"] for a in answers
@@ -134,7 +134,7 @@ def test_sigterm_to_a_server_that_ignores_it_ends_with_the_servers_status(tmp_pa
         proxy.signal(signal.SIGTERM)
         # Forwarded and ignored; after the grace our own SIGTERM (ignored), then SIGKILL 2 s later.
         assert proxy.wait(timeout=15) == 128 + signal.SIGKILL
-        answers = [json.loads(line) for line in proxy.read_until_eof(timeout=5).splitlines()]
+        answers = parse_jsonl(proxy.read_until_eof(timeout=5))
         assert [a["id"] for a in answers] == list(range(COMPLETED + 1, COMPLETED + 1 + IN_FLIGHT))
         assert gone(pid)
         check_flushed(proxy, spans_path, 128 + signal.SIGKILL)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpfault.protocol.jsonlines import parse_jsonl, read_jsonl
 from tests.conftest import PROFILES, call, request, write_profile
 
 INIT = request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}})
@@ -86,7 +87,7 @@ def test_server_exit_mid_request_answers_in_flight_then_eof(proxy_factory):
     # Both are in flight when the server exits on the first: neither will ever be answered by it.
     proxy.send(call(1, "exit", code=3) + call(2, "echo", text="queued behind the exit"))
     rest = proxy.read_until_eof(timeout=5)
-    answers = [json.loads(line) for line in rest.splitlines()]
+    answers = parse_jsonl(rest)
     assert [a["id"] for a in answers] == [1, 2]
     for answer in answers:
         assert answer["error"]["code"] == -32000
@@ -299,7 +300,7 @@ def test_regular_file_as_stdin(tmp_path: Path):
             timeout=30,
         )
     assert result.returncode == 0, result.stderr
-    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    answers = parse_jsonl(result.stdout)
     assert answers[1]["result"]["structuredContent"]["text"] == "from a file"
 
 
@@ -359,7 +360,6 @@ def test_events_record_what_the_client_got_and_when(proxy_factory, tmp_path):
 
 
 def test_events_are_appended_with_a_line_per_start(proxy_factory, tmp_path):
-    from mcpfault.protocol.jsonlines import read_jsonl
 
     events_file = None
     for _ in range(2):

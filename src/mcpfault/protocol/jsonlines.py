@@ -25,15 +25,23 @@ def read_jsonl(path: Path, *, strict: bool = False) -> list[Any]:
         if strict:
             raise
         return []
+    return parse_jsonl(data, where=str(path), strict=strict)
+
+
+def parse_jsonl(data: str | bytes, *, where: str = "<text>", strict: bool = True) -> list[Any]:
+    """The records of JSON-lines text already in hand (a process's stdout, say), split at LF only.
+    Blank lines are skipped; one that does not parse raises ``ValueError`` naming ``where`` and the
+    line, or with ``strict=False`` is skipped (a writer killed mid-line leaves at most one)."""
+    text = data if isinstance(data, bytes) else data.encode()
     rows = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(text.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
         except ValueError as error:
             if strict:
-                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from error
+                raise ValueError(f"{where}:{number}: not a JSON line ({error})") from error
             continue
     return rows
 
