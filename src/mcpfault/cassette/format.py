@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from mcpfault.errors import UsageError
+from mcpfault.protocol.jsonlines import parse_jsonl
 from mcpfault.telemetry.logging import REDACTED, is_header_key, is_secret_key, redact_text
 
 FORMAT_VERSION: Final = 1
@@ -181,15 +182,12 @@ def load(path: Path) -> Cassette:
             f"cannot read the cassette {path}: {exc.strerror or exc}; record one with "
             "'mcpfault record --out FILE -- CMD'"
         ) from exc
-    lines = [line for line in data.split(b"\n") if line.strip()]
-    if not lines:
+    try:
+        rows = parse_jsonl(data, where=str(path))
+    except ValueError as exc:
+        raise UsageError(f"{exc}; a cassette is JSON lines") from exc
+    if not rows:
         raise UsageError(f"{path} is empty: not a cassette (record one with 'mcpfault record --out FILE -- CMD')")
-    rows = []
-    for number, line in enumerate(lines, 1):
-        try:
-            rows.append(json.loads(line))
-        except ValueError as exc:
-            raise UsageError(f"{path}:{number}: not JSON ({exc}); a cassette is JSON lines") from exc
     header = rows[0]
     if not isinstance(header, dict) or header.get("cassette") != FORMAT_VERSION:
         raise UsageError(
