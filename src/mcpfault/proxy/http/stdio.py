@@ -145,11 +145,14 @@ class StdioServerBridge(SupervisedServer):
         self._stop_supervising()
         if self._reader is None:
             return
+        child = self.supervisor.child
+        forward = signum is not None and child.returncode is None
+        if signum is not None and forward:
+            # Before the EOF: a server that exits at once on EOF would otherwise end 0, racing the signal.
+            child.send_signal(signal.Signals(signum))
         if self._stdin is not None:
             self._stdin.close()
-        child = self.supervisor.child
-        if signum is not None and child.returncode is None:
-            child.send_signal(signal.Signals(signum))
+        if forward:
             await child.stop(grace_s=self._kill_timeout_s, kill_after_s=0)
         else:
             await child.stop(grace_s=self._kill_timeout_s, kill_after_s=self._kill_timeout_s)
