@@ -54,7 +54,7 @@ bench: $(STAMP)
 		$(if $(filter 0,$(shell id -u)),--config "mcpfault-probe-ebpf=$(PROBED) --probe ebpf -- $(BIN)/python benchmarks/echo_server.py") \
 		--timeout 60
 	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
-	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/memory.py --markdown docs/results/memory.md
 	$(BIN)/python benchmarks/scale.py --sessions 1000 --churn 1000 --markdown docs/results/scale.md
 	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md
 

@@ -413,17 +413,26 @@ def write_keeping_http_block(path: Path, text: str) -> None:
 
 def write_http_block(path: Path, block: str) -> None:
     """Replace the HTTP block of ``path`` (append it when absent); every other byte stays as it was."""
+    write_block(path, "http-benchmark", block)
+
+
+def block_markers(name: str) -> tuple[str, str]:
+    """The comments that open and close a generated block of a Markdown file."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def write_block(path: Path, name: str, block: str) -> None:
+    """Replace the block ``name`` of ``path`` with ``block`` (which carries its own markers), or append
+    it when the file has none; every other byte of the file stays as it was."""
+    begin_marker, end_marker = block_markers(name)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    begin = text.find(HTTP_BLOCK_BEGIN)
-    end = text.find(HTTP_BLOCK_END, begin + len(HTTP_BLOCK_BEGIN)) if begin >= 0 else -1
+    begin = text.find(begin_marker)
+    end = text.find(end_marker, begin + len(begin_marker)) if begin >= 0 else -1
     if begin >= 0 and end >= 0:
-        text = text[:begin] + block + text[end + len(HTTP_BLOCK_END) :]
+        text = text[:begin] + block + text[end + len(end_marker) :]
     else:
         if begin >= 0:
-            print(
-                f"warning: {path} has {HTTP_BLOCK_BEGIN} but no {HTTP_BLOCK_END}: appending a new block",
-                file=sys.stderr,
-            )
+            print(f"warning: {path} has {begin_marker} but no {end_marker}: appending a new block", file=sys.stderr)
         separator = "" if not text else ("\n" if text.endswith("\n") else "\n\n")
         text = text + separator + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)

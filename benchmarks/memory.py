@@ -8,6 +8,7 @@ Pipelined in batches of 1,000 (the echo server answers each), loopback pipes onl
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import select
@@ -15,6 +16,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import (  # sibling modules: benchmarks/ is sys.path[0] when this runs as a script
+    block_markers,
+    command_line,
+    format_markdown_table,
+    load_average,
+    machine,
+    write_block,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = [sys.executable, str(ROOT / "benchmarks" / "echo_server.py")]
@@ -86,9 +96,15 @@ def measure(name: str, proxy_args: list[str], marks: list[int]) -> dict[str, obj
     return figures
 
 
+# The growth from the first mark to the last that issue 8 allows.
+GROWTH_TARGET_MIB = 5.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--marks", default="10000,100000", help="call counts at which RSS is read")
+    parser.add_argument("--markdown", type=Path, metavar="FILE", help="replace the generated block of FILE")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON to FILE")
     args = parser.parse_args()
     marks = [int(m) for m in args.marks.split(",")]
     spans = "/tmp/mcpfault-memory-spans.jsonl"
@@ -106,15 +122,68 @@ def main() -> int:
             "127.0.0.1:19465",
         ],
     }
-    print("| config | " + " | ".join(f"RSS after {m:,} calls" for m in marks) + " | growth | peak |")
+    started, load_at_start = dt.datetime.now(dt.UTC), load_average()
+    header = ["config", *(f"RSS after {m:,} calls" for m in marks), "growth", "peak"]
+    rows: list[list[str]] = []
+    results: list[dict[str, object]] = []
+    print("| " + " | ".join(header) + " |")
     print("|---|" + "---:|" * (len(marks) + 2))
     for name, proxy_args in configs.items():
         Path(spans).unlink(missing_ok=True)
         figures = measure(name, proxy_args, marks)
         values = [float(figures[f"rss_mib_at_{m}"]) for m in marks]  # type: ignore[arg-type]
-        cells = " | ".join(f"{v} MiB" for v in values)
-        print(f"| {name} | {cells} | {values[-1] - values[0]:+.1f} MiB | {figures['peak_mib']} MiB |", flush=True)
+        figures["growth_mib"] = round(values[-1] - values[0], 1)
+        results.append(figures)
+        rows.append(
+            [name, *(f"{v} MiB" for v in values), f"{values[-1] - values[0]:+.1f} MiB", f"{figures['peak_mib']} MiB"]
+        )
+        print("| " + " | ".join(rows[-1]) + " |", flush=True)
+    loads = (load_at_start, load_average())
+    if args.json is not None:
+        document = {
+            "date": started.isoformat(timespec="seconds"),
+            "machine": machine(),
+            "load_average": {"start": loads[0], "end": loads[1]},
+            "command": command_line(),
+            "marks": marks,
+            "growth_target_mib": GROWTH_TARGET_MIB,
+            "configs": results,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        write_block(args.markdown, "memory", markdown_block(started, loads, marks, header, rows, results))
     return 0
+
+
+def markdown_block(
+    started: dt.datetime,
+    loads: tuple[str, str],
+    marks: list[int],
+    header: list[str],
+    rows: list[list[str]],
+    results: list[dict[str, object]],
+) -> str:
+    """The generated part of docs/results/memory.md: when, where, the table and the target's verdict."""
+    begin, end = block_markers("memory")
+    worst = max(float(r["growth_mib"]) for r in results)  # type: ignore[arg-type]
+    verdict = "met" if worst < GROWTH_TARGET_MIB else "MISSED"
+    return "\n".join(
+        [
+            begin,
+            "",
+            f"- Date: {started:%Y-%m-%d %H:%M %Z}; machine: {machine()}",
+            f"- Load average (1, 5, 15 min) at start {loads[0]}, at end {loads[1]}",
+            f"- Command: `{command_line()}`",
+            "",
+            format_markdown_table(header, rows),
+            "",
+            f"Growth from {marks[0]:,} to {marks[-1]:,} calls: at most {worst:+.1f} MiB (target: under"
+            f" {GROWTH_TARGET_MIB:g} MiB, {verdict}).",
+            "",
+            end,
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from typing import Any, Literal
 from common import (  # sibling modules: benchmarks/ is sys.path[0] when this runs as a script
     INITIALIZED,
     BenchError,
+    block_markers,
     check_initialize,
     command_line,
     echo_body,
@@ -65,6 +66,7 @@ from common import (  # sibling modules: benchmarks/ is sys.path[0] when this ru
     machine,
     percentile,
 )
+from common import write_block as common_write_block
 from http_overhead import ECHO_SERVER, Answer, Process, decode_message, http_request, parse_head
 
 Era = Literal["legacy", "modern"]
@@ -75,15 +77,15 @@ WARMUP_SESSIONS = 20
 MAX_ERRORS_SHOWN = 5
 # The proxy's own limits, as its code has them (src/mcpfault/proxy/): what a user running many sessions meets.
 LIMITS = {
-    "session_cap": "10,000 sessions kept at once (http_sessions.MAX_SESSIONS); past it the least recently used"
+    "session_cap": "10,000 sessions kept at once (proxy/http/sessions.py MAX_SESSIONS); past it the least recently used"
     " session's engine is forgotten (its fault counters retired): its requests still pass, and it gets a fresh"
     " engine seeded from the profile if it returns, so `after`/`limit` count again from 0 for it",
     "idle_expiry": "no idle expiry of a session: one is forgotten only on DELETE, on the server's 404, or past the"
-    " cap; an idle keep-alive client connection is closed after 75 s (http_server.KEEPALIVE_S), the session"
+    " cap; an idle keep-alive client connection is closed after 75 s (proxy/http/server.py KEEPALIVE_S), the session"
     " survives it",
-    "upstream_pool": "at most 256 connections to the upstream for requests (http_exchange.Limits.max_connections,"
-    " no flag): more requests in flight wait for one; a GET stream gets a connection of its own outside that"
-    " limit, for its whole life",
+    "upstream_pool": "at most 256 connections to the upstream for requests (proxy/http/exchange.py"
+    " Limits.max_connections, no flag): more requests in flight wait for one; a GET stream gets a"
+    " connection of its own outside that limit, for its whole life",
 }
 FDS_PER_PROCESS_SLACK = 64  # the proxy's and our own files beside the connections: logs, pipes, the event loop
 
@@ -598,8 +600,9 @@ def sample_rows(figures: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def markdown_block(figures: dict[str, Any], when: dt.datetime) -> str:
     key = block_key(figures)
+    begin, end = block_markers(f"scale:{key}")
     lines = [
-        f"<!-- scale:{key}:begin -->",
+        begin,
         "",
         f"### {figures['sessions']:,} sessions ({figures['era']}), churn {figures['churn']:,}"
         + (" without DELETE" if figures["churn_without_delete"] else ""),
@@ -616,7 +619,7 @@ def markdown_block(figures: dict[str, Any], when: dt.datetime) -> str:
     ]
     if figures["first_errors"]:
         lines += ["First errors:", "", *[f"- `{e}`" for e in figures["first_errors"]], ""]
-    lines.append(f"<!-- scale:{key}:end -->")
+    lines.append(end)
     return "\n".join(lines)
 
 
@@ -627,15 +630,9 @@ def block_key(figures: dict[str, Any]) -> str:
 
 def write_block(path: Path, key: str, block: str) -> None:
     """Replace this run's block of ``path`` (same era, sessions and churn), or append it; the rest stays."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Scale\n"
-    begin, end = f"<!-- scale:{key}:begin -->", f"<!-- scale:{key}:end -->"
-    start = text.find(begin)
-    stop = text.find(end, start)
-    if start >= 0 and stop >= 0:
-        text = text[:start] + block + text[stop + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    if not path.exists():
+        path.write_text("# Scale\n", encoding="utf-8")
+    common_write_block(path, f"scale:{key}", block)
 
 
 # --------------------------------------------------------------------------- main
