@@ -39,6 +39,7 @@ from pathlib import Path
 from compare_records import compare, read_outcomes, write_reference
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_MS_PER_TASK = 10.0  # issue 33: the default matrix's CPU per task, the whole process tree
 
 # Imported by every Python process of the bench (through PYTHONPATH): at exit, it appends the process's
 # own CPU to a log, so the total splits by role. A process killed by a signal leaves no line; what the
@@ -159,6 +160,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="bench runs, one after another (1)")
     parser.add_argument("--out", type=Path, help="keep the bench output here (default: a temporary directory)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
     parser.add_argument("--expect", type=Path, help="reference outcomes; exit 1 if any task differs")
     parser.add_argument("--write-reference", type=Path, help="write the first run's outcomes here as a reference")
     args, bench_args = parser.parse_known_args()
@@ -204,8 +206,11 @@ def main() -> int:
     machine = f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}"
     print(text)
     print(f"machine: {machine}; load average {load} at the end")
+    command = shlex.join(["benchmarks/bench_cpu.py", *sys.argv[1:]])
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures(runs, command, machine, load), indent=2) + "\n", encoding="utf-8")
     if args.markdown is not None:
-        command = shlex.join(["benchmarks/bench_cpu.py", *sys.argv[1:]])
         args.markdown.write_text(
             "# CPU per task of `mcpfault bench`\n\n"
             f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M %Z')}; {machine}; load average {load} "
@@ -216,6 +221,27 @@ def main() -> int:
             + "\n"
         )
     return status
+
+
+def figures(runs: list[Run], command: str, machine: str, load: str) -> dict[str, object]:
+    """The runs' figures for --json (what benchmarks/readme_figures.py puts in the README)."""
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine,
+        "load_average_at_end": load,
+        "command": command,
+        "target_ms_per_task": TARGET_MS_PER_TASK,
+        "runs": [
+            {
+                "tasks": run.tasks,
+                "cpu_s": round(run.cpu_s, 2),
+                "ms_per_task": round(run.ms_per_task, 2),
+                "wall_s": round(run.wall_s, 2),
+                "exit_code": run.exit_code,
+            }
+            for run in runs
+        ],
+    }
 
 
 if __name__ == "__main__":

@@ -716,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nstopped by SIGTERM", file=sys.stderr)
         return 143
     run.load_at_end = load_average()
-    figures = run.as_json()
+    figures = {"date": when.isoformat(timespec="seconds"), **run.as_json()}
     print()
     print(format_text_table(*report_rows(figures)))
     print()
