@@ -183,8 +183,9 @@ def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
         type=float,
         default=5.0,
         metavar="SECONDS",
-        help="each task's deadline: no attempt is sent past it, and resilient spends it on backoff and on "
-        "waiting for its breaker's probe (5.0; one bench second stands for a production minute, see README)",
+        help="each task's deadline for the scripted agents: no attempt is sent past it, and resilient spends it "
+        "on backoff and on waiting for its breaker's probe (5.0; one bench second stands for a production minute, "
+        "see README); the llm agent is bounded by --max-turns instead, your agent (cmd:NAME) by --agent-timeout",
     )
     parser.add_argument("--out", type=Path, help=f"output directory (default {default_out})")
     parser.add_argument(
