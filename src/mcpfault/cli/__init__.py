@@ -28,6 +28,7 @@ from mcpfault.cli import (
     mcp_server,
     probe,
     proxy,
+    report,
     tools,
 )
 from mcpfault.cli.common import EXIT_NOT_STARTED, EXIT_READER_LEFT, EXIT_USAGE
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     experiment.add_parser(commands)
     tools.add_checks(commands)
     harness.add_parsers(commands)
+    report.add_parser(commands)
     tools.add_tools(commands)
     probe.add_parser(commands)
     mcp_server.add_parser(commands)

@@ -85,3 +85,33 @@ def check_files(given: Sequence[G], load: Callable[[G], T], describe: Callable[[
     if failed:
         print(f"{failed} of {len(given)} {noun}(s) have problems", file=sys.stderr)
     return failed
+
+
+def table_console() -> Any:
+    """A console for the outcome tables."""
+    # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
+    return stdout_console(110)
+
+
+def output_dir(out: Path | None, default_name: str) -> Path:
+    """--out, or a new directory under runs/, made and checked writable."""
+    return writable(output_path(out, default_name))
+
+
+def output_path(out: Path | None, default_name: str) -> Path:
+    """--out, or a new directory under runs/ named for the time and the run."""
+    import time
+
+    return out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_name}"
+
+
+def writable(path: Path) -> Path:
+    """``path``, made if it is not there and checked writable; a UsageError says why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write there ({exc.strerror}); choose another directory") from None
+    return path

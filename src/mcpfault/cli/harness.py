@@ -1,4 +1,4 @@
-"""``mcpfault run``, ``bench`` and ``report``: agents through the proxy against the mock server, judged."""
+"""``mcpfault run`` and ``bench``: agents through the proxy against the mock server, judged."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcpfault.cli import external_agents
-from mcpfault.cli.common import EXIT_CHECK_FAILED, EXIT_OK, announce_metrics, stdout_console
+from mcpfault.cli import external_agents, llm_agents
+from mcpfault.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    announce_metrics,
+    output_dir,
+    output_path,
+    table_console,
+    writable,
+)
 from mcpfault.cli.progress import progress
 from mcpfault.errors import UsageError
 
@@ -25,7 +33,6 @@ if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
 def add_parsers(commands: Any) -> None:
     _add_run(commands)
     _add_bench(commands)
-    _add_report(commands)
 
 
 def _add_run(commands: Any) -> None:
@@ -64,7 +71,7 @@ def _add_run(commands: Any) -> None:
         "127.0.0.1, a port the OS picks, in front of the mock) (default stdio)",
     )
     _task_options(run, "runs/<time>-<profile>-<agent>")
-    _llm_options(run, bench=False)
+    llm_agents.add_options(run, bench=False)
     external_agents.add_options(run, bench=False)
     run.set_defaults(handler=_run)
 
@@ -132,36 +139,9 @@ def _add_bench(commands: Any) -> None:
         "(stateless) (default legacy)",
     )
     _task_options(bench, "runs/<time>-bench")
-    _llm_options(bench, bench=True)
+    llm_agents.add_options(bench, bench=True)
     external_agents.add_options(bench, bench=True)
     bench.set_defaults(handler=_bench)
-
-
-def _add_report(commands: Any) -> None:
-    report = commands.add_parser(
-        "report",
-        help="merge bench shards into one report, judge a run again, or write report.html for a run",
-        description="--merge: read records.jsonl (and bench.json) from each bench output directory given, check "
-        "that they are disjoint slices of one matrix, and write one records.jsonl, report.md, report.html and "
-        "charts. --rejudge: judge every session of a bench run again with the current judge, from the evidence "
-        "its session directories keep (answers, attempts, events, spans, the server's state), and write the new "
-        "records.jsonl, report.md and charts; it prints which outcomes changed. Exit 1 when some session "
-        "could not be judged again (its old records are kept). --html RUN_DIR: write RUN_DIR/report.html for an "
-        "existing run, bench or experiment (exit 2 for a directory that is none of them).",
-    )
-    which = report.add_mutually_exclusive_group(required=True)
-    which.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="bench output directories")
-    which.add_argument("--rejudge", type=Path, metavar="RUN_DIR", help="a bench output directory to judge again")
-    which.add_argument(
-        "--html", type=Path, metavar="RUN_DIR", help="write report.html for this run's, bench's or experiment's --out"
-    )
-    report.add_argument("--out", type=Path, help="output directory (default runs/<time>-merged)")
-    report.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="merge even when some shards of the I/N set are missing (the report is marked incomplete)",
-    )
-    report.set_defaults(handler=_report)
 
 
 def _task_options(parser: argparse.ArgumentParser, default_out: str) -> None:
@@ -297,156 +277,12 @@ def _probe(option: str | None) -> str | None:
     return f"fake:{events_file.absolute()}" if events_file is not None else backend
 
 
-def _llm_options(parser: argparse.ArgumentParser, *, bench: bool) -> None:
-    group = parser.add_argument_group(
-        "the llm agent", "a model solves the tasks from prompts (needs the llm extra and ANTHROPIC_API_KEY; see README)"
-    )
-    if bench:
-        group.add_argument(
-            "--models", "--model", dest="models", metavar="A,B", help="comma-separated models for the llm agent"
-        )
-    else:
-        group.add_argument(
-            "--model",
-            metavar="NAME",
-            help="the model of the llm agent: anthropic:MODEL (a bare name is Anthropic's) or openai:MODEL "
-            "(default claude-sonnet-4-5)",
-        )
-    group.add_argument(
-        "--reliability-hints",
-        nargs="?",
-        const="on",
-        default="off",
-        choices=["on", "off", "both"] if bench else ["on", "off"],
-        help="tell the model the connection is unreliable and what as_of means"
-        + ("; both: run every model with and without" if bench else ""),
-    )
-    group.add_argument("--max-turns", type=int, default=24, help="model turns per task (24)")
-    group.add_argument(
-        "--llm-base-url",
-        metavar="URL",
-        help="the model API's base URL (an OpenAI-compatible server for openai:MODEL: vLLM, Ollama, llama.cpp, "
-        "LiteLLM, mcpfault fake-llm); default OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the provider's",
-    )
-    group.add_argument(
-        "--llm-price", metavar="IN,OUT", help="USD per million input and output tokens, over the price table (0,0)"
-    )
-    group.add_argument("--record", type=Path, metavar="DIR", help="save every model exchange under DIR")
-    group.add_argument("--replay", type=Path, metavar="DIR", help="answer from a recording: no API, no key")
-
-
-def _llm_variants(args: argparse.Namespace, models_option: str | None) -> tuple[Any, ...]:
-    """The llm agent's model variants (model x hints), checked before any work: SDK, key, directories."""
-    from mcpfault.harness.agents.llm.agent import LLMConfig, check_config
-    from mcpfault.harness.agents.llm.backend import DEFAULT_MODEL
-    from mcpfault.harness.agents.llm.prices import parse_price
-
-    models = [m.strip() for m in (models_option or DEFAULT_MODEL).split(",") if m.strip()]
-    if not models:
-        raise UsageError("--models: give at least one model name")
-    _check_distinct_models(models)
-    hints = {"off": (False,), "on": (True,), "both": (False, True)}[args.reliability_hints]
-    price = parse_price(args.llm_price) if args.llm_price is not None else None
-    variants = tuple(
-        LLMConfig(
-            model=m,
-            hints=h,
-            max_turns=args.max_turns,
-            record_dir=args.record,
-            replay_dir=args.replay,
-            base_url=args.llm_base_url,
-            price=price,
-        )
-        for m in models
-        for h in hints
-    )
-    for variant in variants:
-        check_config(variant)
-    return variants
-
-
-def _check_distinct_models(models: Sequence[str]) -> None:
-    """Each model once: its records and report rows are labelled by it (``anthropic:x`` and ``x`` are one model)."""
-    from mcpfault.harness.agents.llm.backend import provider_of
-
-    seen: dict[tuple[str, str], str] = {}
-    for model in models:
-        key = provider_of(model)
-        if key in seen:
-            same = f"{seen[key]!r} and {model!r} are" if seen[key] != model else f"{model!r} is"
-            raise UsageError(f"--models: {same} the same model twice; name each model once")
-        seen[key] = model
-
-
-def _no_llm_options(args: argparse.Namespace, models_option: str | None) -> None:
-    given = [
-        flag
-        for flag, value in (
-            ("--model(s)", models_option),
-            ("--record", args.record),
-            ("--replay", args.replay),
-            ("--reliability-hints", args.reliability_hints != "off" or None),
-            ("--llm-base-url", args.llm_base_url),
-            ("--llm-price", args.llm_price),
-        )
-        if value is not None
-    ]
-    if given:
-        raise UsageError(f"{', '.join(given)} apply to the llm agent only; add it with --agent(s) llm")
-
-
-def _write_llm_manifest(args: argparse.Namespace, command: str, variants: Sequence[Any]) -> None:
-    if args.record is None:
-        return
-    from mcpfault.harness.agents.llm.recording import write_manifest
-
-    fake = all(v.model.startswith("fake-") for v in variants)
-    write_manifest(
-        args.record,
-        {
-            "command": command,
-            "seed": args.seed,
-            "models": sorted({v.model for v in variants}),
-            "source": "the scripted fake model (fakemodel.py), not a real model" if fake else "the Anthropic API",
-        },
-    )
-
-
-def _output_dir(out: Path | None, default_name: str) -> Path:
-    return _writable(_output_path(out, default_name))
-
-
-def _output_path(out: Path | None, default_name: str) -> Path:
-    """--out, or a new directory under runs/ named for the time and the run."""
-    import time
-
-    return out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{default_name}"
-
-
-def _writable(path: Path) -> Path:
-    """``path``, made if it is not there and checked writable; a UsageError says why not."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {path}: cannot write there ({exc.strerror}); choose another directory") from None
-    return path
-
-
 def _workflows(option: str | None) -> tuple[str, ...]:
     from mcpfault.harness.agents.tasks import WORKFLOWS, check_workflows
 
     if option is None:
         return WORKFLOWS
     return check_workflows([w.strip() for w in option.split(",") if w.strip()])
-
-
-def _console() -> Any:
-
-    # Wide enough for the tables even when stdout is a pipe (rich would assume 80 columns).
-    return stdout_console(110)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -470,7 +306,7 @@ def _run(args: argparse.Namespace) -> int:
 
     for warning in warnings_of(loaded, Timing(args.tasks, args.deadline)):
         print(f"mcpfault run: warning: {warning.located()}", file=sys.stderr)
-    out = _output_dir(args.out, f"{loaded.name}-{agent}")
+    out = output_dir(args.out, f"{loaded.name}-{agent}")
     planned = plan_session(
         args.profile,
         agent,
@@ -493,8 +329,8 @@ def _run(args: argparse.Namespace) -> int:
     if llm is not None:
         import shlex
 
-        _write_llm_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), [llm])
-    console = _console()
+        llm_agents.write_manifest(args, shlex.join(["mcpfault", *sys.argv[1:]]), [llm])
+    console = table_console()
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
@@ -522,9 +358,9 @@ def _run_agent(args: argparse.Namespace) -> tuple[str, Any, tuple[Any, ...]]:
 
     external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
     if args.agent == "llm":
-        (llm,) = _llm_variants(args, args.model)
+        (llm,) = llm_agents.variants(args, args.model)
         return llm.label, llm, external
-    _no_llm_options(args, args.model)
+    llm_agents.refuse_options(args, args.model)
     return (args.agent if external else check_agent_name(args.agent)), None, external
 
 
@@ -553,14 +389,14 @@ def _bench(args: argparse.Namespace) -> int:
     llm: tuple[Any, ...] = ()
     external = external_agents.configs(args, agents, _workflows(args.workflows))
     if "llm" in agents:
-        llm = _llm_variants(args, args.models)
+        llm = llm_agents.variants(args, args.models)
     else:
-        _no_llm_options(args, args.models)
+        llm_agents.refuse_options(args, args.models)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     _check_task_deadline(args)
     cassette = _server_cassette(args, agents)
-    out = _output_path(args.out, "bench")
+    out = output_path(args.out, "bench")
     config = dataclasses.replace(
         app_bench.config_for(
             [args.profiles] if args.profiles else None,
@@ -591,10 +427,10 @@ def _bench(args: argparse.Namespace) -> int:
     checked = app_bench.check(config)  # every name and profile checked before the directory exists
     for warning in checked.warnings:
         print(f"mcpfault bench: warning: {warning}", file=sys.stderr)
-    _writable(out)
+    writable(out)
     command = shlex.join(["mcpfault", *sys.argv[1:]])
-    _write_llm_manifest(args, command, llm)
-    console = _console()
+    llm_agents.write_manifest(args, command, llm)
+    console = table_console()
     from mcpfault.harness.metrics_push import LiveMetrics
 
     live = LiveMetrics.start(args.metrics_addr)
@@ -668,110 +504,3 @@ def _otlp_endpoint(url: str | None) -> str | None:
         return None
     check_http_url(url, "--otlp-endpoint", COLLECTOR_EXAMPLE)  # a UsageError, credentials hidden
     return url.strip()
-
-
-def _report(args: argparse.Namespace) -> int:
-    import os
-    import platform
-    import shlex
-
-    from mcpfault.harness.report_html import write_html
-
-    if args.html is not None:
-        if not args.html.is_dir():
-            raise UsageError(
-                f"--html {args.html}: not a directory; give the --out directory of a run, bench or experiment"
-            )
-        try:
-            page = write_html(args.html)
-        except ValueError as exc:
-            raise UsageError(f"--html: {exc}") from None
-        print(f"report: {page} ({page.stat().st_size:,} bytes)")
-        return EXIT_OK
-
-    from mcpfault.analysis.records import write_records
-    from mcpfault.analysis.server import write_accounts
-    from mcpfault.harness.bench import SERVER_ACCOUNTS, merge_results
-    from mcpfault.harness.claims_report import is_claims_run, print_claims, write_claims_report
-    from mcpfault.harness.report import ReportMeta, print_summary, write_report
-
-    if args.rejudge is not None:
-        return _rejudge(args)
-    merged = merge_results(args.merge, allow_partial=args.allow_partial)
-    out = _output_dir(args.out, "merged")
-    incomplete = ""
-    if merged.missing:
-        incomplete = f"INCOMPLETE: shard(s) {', '.join(merged.missing)} missing (--allow-partial); "
-        print(f"mcpfault report: {incomplete}the counts cover part of the matrix only", file=sys.stderr)
-    write_records(out / "records.jsonl", merged.records)
-    meta = ReportMeta(
-        command=shlex.join(["mcpfault", *sys.argv[1:]]),
-        seed=merged.seed,
-        tasks_per_cell=merged.tasks_per_cell,
-        wall_s=merged.wall_s,
-        jobs=merged.jobs,
-        started_at=merged.started_at,
-        machine=f"{incomplete}{len(args.merge)} shards; merged on {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}",
-        broken=tuple((b.profile, b.agent, b.session, b.error) for b in merged.broken),
-        trials=merged.trials,
-        seeds=len({r.seed for r in merged.records}),
-    )
-    if merged.servers:
-        write_accounts(out / SERVER_ACCOUNTS, merged.servers)
-    claims = is_claims_run(merged.records)
-    try:
-        if claims:  # shards of a bench against a server cassette: no ground truth, no rates
-            report = write_claims_report(merged.records, out, command=meta.command)
-        else:
-            report = write_report(merged.records, out, meta, merged.servers)
-    except ValueError as exc:  # records judged with and without ground truth do not make one report
-        raise UsageError(f"--merge: {exc}; merge the benches against a server cassette apart") from None
-    write_html(out)
-    if claims:
-        print_claims(merged.records, _console(), title="tasks per profile and agent against the server cassette")
-    else:
-        print_summary(merged.records, _console())
-    print(f"{len(merged.records)} tasks from {len(args.merge)} directories; report: {report}")
-    return EXIT_OK
-
-
-def _rejudge(args: argparse.Namespace) -> int:
-    import shlex
-
-    from mcpfault.analysis.records import write_records
-    from mcpfault.harness.bench import merge_results
-    from mcpfault.harness.rejudge import describe, rejudge_run
-    from mcpfault.harness.report import ReportMeta, print_summary, write_report
-
-    run_dir: Path = args.rejudge
-    result = rejudge_run(run_dir)
-    before = merge_results([run_dir], allow_partial=True)  # the run's own meta: seed, cells, wall time
-    out = _output_dir(args.out, "rejudged")
-    write_records(out / "records.jsonl", result.records)
-    meta = ReportMeta(
-        command=shlex.join(["mcpfault", *sys.argv[1:]]),
-        seed=before.seed,
-        tasks_per_cell=before.tasks_per_cell,
-        wall_s=before.wall_s,
-        jobs=before.jobs,
-        started_at=before.started_at,
-        machine=f"re-judged from {run_dir}",
-        broken=tuple((b.profile, b.agent, b.session, b.error) for b in before.broken),
-        trials=before.trials,
-    )
-    from mcpfault.harness.claims_report import is_claims_run, print_claims, write_claims_report
-
-    if is_claims_run(result.records):  # a bench against a server cassette: judged again from the claims
-        report = write_claims_report(result.records, out, command=meta.command)
-        print_claims(result.records, _console(), title="tasks per profile and agent against the server cassette")
-    else:
-        report = write_report(result.records, out, meta, before.servers, sessions_dir=run_dir / "sessions")
-        print_summary(result.records, _console())
-    from mcpfault.harness.report_html import write_html
-
-    write_html(out)  # report.html beside the new report.md, as a bench writes it
-    for line in describe(result, run_dir):
-        print(line)
-    print(f"report: {report}")
-    return EXIT_CHECK_FAILED if result.unjudgeable else EXIT_OK
