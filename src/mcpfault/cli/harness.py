@@ -366,7 +366,7 @@ def _run_agent(args: argparse.Namespace) -> tuple[str, Any, tuple[Any, ...]]:
 
 def _print_run_files(result: SessionResult, out: Path, console: Console, *, cassette: bool) -> None:
     """After ``run``'s outcome table: the model's usage, the proxy's log, and where everything is."""
-    from mcpfault.harness.report import print_model_usage
+    from mcpfault.harness.model_usage import print_model_usage
 
     if result.records:
         print_model_usage(result.records, console)
@@ -453,7 +453,8 @@ def _bench(args: argparse.Namespace) -> int:
 def _print_bench(done: BenchOutcome, records: list[TaskRecord], console: Console, *, cassette: bool) -> None:
     """``bench``'s table (claims only, against a server cassette), the model's usage, and where the report is."""
     from mcpfault.analysis.summary import summarize
-    from mcpfault.harness.report import print_model_usage, print_summary
+    from mcpfault.harness.model_usage import print_model_usage
+    from mcpfault.harness.report import print_summary
 
     if done.no_ground_truth or cassette:
         from mcpfault.harness.claims_report import print_claims

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from mcpfault.analysis.records import NO_TRUTH_OUTCOMES, TaskRecord
 from mcpfault.analysis.summary import AGENT_ORDER, FAULT_TYPE_ORDER, ROW_ORDER, ordered
+from mcpfault.harness.formatting import md, md_table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -96,8 +97,6 @@ def render_claims_markdown(
     records: Sequence[TaskRecord], *, command: str | None = None, profile_order: Sequence[str] = ()
 ) -> str:
     """report.md of a run without ground truth: the banner, then the counts per cell."""
-    from mcpfault.harness.report import md, md_table
-
     cells = claim_cells(records, profile_order)
     lines = [
         "# mcpfault bench against a server cassette",
@@ -128,7 +127,7 @@ def render_claims_markdown(
     ]
     models = model_usage_rows(records)
     if models:
-        from mcpfault.harness.report import MODEL_USAGE_HEADER
+        from mcpfault.harness.model_usage import MODEL_USAGE_HEADER
 
         lines += ["", "## Models", ""]
         lines += md_table(list(MODEL_USAGE_HEADER), ([md(v) for v in row] for row in models))
@@ -144,8 +143,8 @@ def render_claims_markdown(
 
 
 def model_usage_rows(records: Sequence[TaskRecord]) -> list[list[str]]:
-    """Per agent that called a model: tasks, model calls, tokens and cost (report.MODEL_USAGE_HEADER)."""
-    from mcpfault.harness.report import usd
+    """Per agent that called a model: tasks, model calls, tokens and cost (model_usage.MODEL_USAGE_HEADER)."""
+    from mcpfault.harness.model_usage import usd
 
     by_agent: defaultdict[str, list[TaskRecord]] = defaultdict(list)
     for record in records:

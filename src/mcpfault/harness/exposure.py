@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcpfault.analysis.records import TaskRecord
-from mcpfault.harness.report import md, md_table
+from mcpfault.harness.formatting import md, md_table
 from mcpfault.proxy.events import read_events
 
 Cell = tuple[str, str]  # (report row, agent)

@@ -1,8 +1,10 @@
-"""How numbers read in reports: percentages, durations."""
+"""How numbers and cells read in reports: percentages, durations, GFM table cells and tables."""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable, Sequence
 
 from mcpfault.analysis.summary import CellSummary
 
@@ -60,3 +62,31 @@ def duration(seconds: float) -> str:
     hours, minutes = divmod(minutes, 60)
     clock = f"{hours} h {minutes:02d} min {secs:02d} s" if hours else f"{minutes} min {secs:02d} s"
     return f"{seconds:.1f} s ({clock})"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
+
+
+def md(text: str) -> str:
+    """Text safe inside a GFM table cell.
+
+    GitHub renders raw HTML, so <, > and & become entities; a bare | would split the cell. Underscores
+    stay as they are: GFM ignores them inside words, and names like drift_input read better unescaped.
+    """
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text.replace("\n", " "))
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[str]], left_columns: int = 1) -> list[str]:
+    """A GFM table padded so the raw file reads as a table too; numbers right-aligned."""
+    body = [list(row) for row in rows]
+    widths = [max(3, len(header[i]), *(len(row[i]) for row in body)) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i < left_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = ["-" * w if i < left_columns else "-" * (w - 1) + ":" for i, w in enumerate(widths)]
+    return [line(header), "| " + " | ".join(rule) + " |", *(line(row) for row in body)]

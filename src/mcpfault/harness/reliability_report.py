@@ -11,9 +11,9 @@ from pathlib import Path
 
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.harness.charts import RELIABILITY_CHART, reliability_chart
-from mcpfault.harness.formatting import interval
+from mcpfault.harness.formatting import interval, md, md_table
+from mcpfault.harness.model_usage import usd
 from mcpfault.harness.reliability import ReliabilityPoint, reliability_points
-from mcpfault.harness.report import md, md_table, usd
 
 RELIABILITY_HEADER = (
     "agent",

@@ -6,13 +6,11 @@ from collections.abc import Collection, Sequence
 
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.seeds import seed_spreads, seeds_of
-from mcpfault.harness.formatting import percent
+from mcpfault.harness.formatting import md, md_table, percent
 
 
 def seeds_section(records: Sequence[TaskRecord], fixed_rows: Collection[str]) -> list[str]:
     """Left out with one seed. ``fixed_rows``: rows whose profile has nothing random in it, marked so."""
-    from mcpfault.harness.report import md, md_table  # report.py renders this section: imported when it runs
-
     seeds = seeds_of(records)
     if len(seeds) < 2:
         return []
