@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from mcpfault.harness.agents.tasks import TaskSpec
-from mcpfault.harness.session import SessionPlan, SessionResult, judge_session, run_session
+from mcpfault.harness.session import SessionPlan, SessionResult, run_session
+from mcpfault.harness.session_judge import judge_session
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile

@@ -11,14 +11,8 @@ import pytest
 
 from mcpfault.analysis.journal import duplicates_by_task, read_journal, spans_may_be_lost
 from mcpfault.harness.agents.tasks import TaskSpec
-from mcpfault.harness.session import (
-    SERVER_JOURNAL,
-    STATE_FILE,
-    SessionPlan,
-    SessionResult,
-    judge_session,
-    run_session,
-)
+from mcpfault.harness.session import SessionPlan, SessionResult, run_session
+from mcpfault.harness.session_judge import SERVER_JOURNAL, STATE_FILE, judge_session
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
 from tests.conftest import write_profile

@@ -55,7 +55,7 @@ def rule_firings(sessions_dir: Path) -> dict[Cell, dict[str, int]]:
     """Per (row, agent): every rule of the cell's profile and how many requests it fired on, from the
     session directories under ``sessions_dir`` (a bench's ``sessions``). Empty when there are none."""
     from mcpfault.faults import profile as profiles
-    from mcpfault.harness.session import SESSION_FILE, SESSION_PROFILE
+    from mcpfault.harness.session_judge import SESSION_FILE, SESSION_PROFILE
 
     firings: dict[Cell, dict[str, int]] = {}
     if not sessions_dir.is_dir():

@@ -20,7 +20,8 @@ from mcpfault.analysis import traces
 from mcpfault.analysis.judge import TaskRun
 from mcpfault.analysis.records import LLM_FIELDS, TaskRecord, read_records
 from mcpfault.errors import MCPFaultError, UsageError
-from mcpfault.harness.session import RUNS_FILE, SESSION_FILE, SESSION_PROFILE, SessionPlan, judge_session
+from mcpfault.harness.session import SessionPlan
+from mcpfault.harness.session_judge import RUNS_FILE, SESSION_FILE, SESSION_PROFILE, judge_session
 from mcpfault.mock.world import World
 from mcpfault.protocol.jsonlines import read_jsonl
 
