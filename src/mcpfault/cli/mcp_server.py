@@ -38,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from mcpfault import mcp_server
-    from mcpfault.telemetry.metrics import parse_metrics_addr
+    from mcpfault.loopback import parse_host_port
 
     if args.workdir is not None:
         if not args.workdir.is_dir():
@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
         server.run()
         return 0
     try:
-        host, port = parse_metrics_addr(args.listen, "--listen")
+        host, port = parse_host_port(args.listen, "--listen")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
