@@ -1,23 +1,9 @@
-"""``mcpfault mcp-server``: mcpfault as an MCP server (the SDK's MCPServer; both eras; stdio or HTTP).
-
-The safety model, in the order a call meets it:
-- Confined files: every path is taken inside the work directory (MCPFAULT_WORKDIR, default the
-  working directory) and must stay there once resolved: ``../x``, an absolute path outside it and
-  a symlink that leads out are refused, each with its own message.
-- Validated input: profiles and experiments are validated as ``mcpfault validate`` does; names that
-  reach a command line match a strict pattern and a known set; a command is an argv list, run without
-  a shell; a control URL must be loopback HTTP.
-- Dry run by default: ``run_experiment``, ``set_faults``, ``audit_server`` and overwriting a file do
-  nothing unless called with ``dry_run=false`` and ``confirm_destructive=true``; the answer says what
-  would happen, or what happened and how to undo it. ``audit_server`` calls a tool annotated destructive
-  only with ``call_destructive_tools=true`` as well.
-- Bounds: texts, reports, runs' tasks and times have upper limits, named in each refusal.
-"""
+"""The MCP server's tools and prompts: one function each, listed with its annotations (or title) in
+``TOOLS`` and ``PROMPTS``, which ``build`` registers."""
 
 from __future__ import annotations
 
 import os
-import re
 import time
 import tomllib
 from collections.abc import Callable
@@ -26,28 +12,49 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from mcpfault.app.toml_text import toml_text
-from mcpfault.errors import MCPFaultError, ProblemsError, ProfileError, UsageError
-from mcpfault.loopback import UrlError, check_http_url, is_loopback
+from mcpfault.errors import MCPFaultError, ProblemsError, ProfileError
+from mcpfault.mcp_server.answers import (
+    AuditRun,
+    BenchRun,
+    ExperimentRun,
+    FaultChange,
+    FaultType,
+    FaultTypes,
+    ProxyStatus,
+    Report,
+    RunEntry,
+    Runs,
+    Validation,
+    Written,
+)
+from mcpfault.mcp_server.safety import (
+    MAX_AUDIT_CALLS,
+    MAX_AUDIT_S,
+    MAX_BENCH_S,
+    MAX_BENCH_TASKS,
+    MAX_EXPERIMENT_S,
+    MAX_REPORT_BYTES,
+    MAX_RUNS_LISTED,
+    MAX_TEXT_BYTES,
+    bound_text,
+    checked_name,
+    checked_rule,
+    confine,
+    confirmed,
+    inside,
+    loopback_control_url,
+    problems,
+    relative,
+    workdir,
+    write_confined,
+)
 
 if TYPE_CHECKING:
     from mcpfault.api import AuditOutcome
-
-WORKDIR_VARIABLE = "MCPFAULT_WORKDIR"
-MAX_TEXT_BYTES = 256 * 1024
-MAX_REPORT_BYTES = 200 * 1024
-MAX_BENCH_TASKS = 100
-MAX_BENCH_S = 300.0
-MAX_EXPERIMENT_S = 600.0
-MAX_RUNS_LISTED = 100
-MAX_AUDIT_CALLS = 200
-MAX_AUDIT_S = 600.0
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 WRITES_FILE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -55,186 +62,6 @@ RUNS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 LIVE_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 LIVE_CHANGE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
-
-
-# -- answers (each a TypedDict: the SDK derives the outputSchema and sends structuredContent) --------
-
-
-class FaultType(TypedDict):
-    name: str
-    modes: list[str]
-    transports: list[str]
-    needs_process: bool
-    description: str
-
-
-class FaultTypes(TypedDict):
-    fault_types: list[FaultType]
-
-
-class Validation(TypedDict):
-    valid: bool
-    name: str | None
-    rules: int
-    problems: list[str]
-
-
-class Written(TypedDict):
-    path: str
-    written: bool
-    dry_run: bool
-    message: str
-    undo: str
-
-
-class ExperimentRun(TypedDict):
-    dry_run: bool
-    message: str
-    timeline: list[str]
-    verdict: str | None
-    state: str | None
-    exit_code: int | None
-    out_dir: str | None
-    undo: str
-
-
-class BenchRun(TypedDict):
-    run_dir: str
-    tasks: int
-    outcomes: dict[str, int]
-    wall_s: float
-
-
-class Report(TypedDict):
-    path: str
-    text: str
-    truncated: bool
-    bytes: int
-
-
-class RunEntry(TypedDict):
-    path: str
-    kind: str
-    modified: str
-
-
-class Runs(TypedDict):
-    runs: list[RunEntry]
-    truncated: bool
-
-
-class ProxyStatus(TypedDict):
-    faults_enabled: bool
-    rules: int
-    requests_total: int
-    faults_total: int
-    transport: str
-    server_pid: int | None
-    faults: list[dict[str, Any]]
-
-
-class AuditRun(TypedDict):
-    dry_run: bool
-    passed: bool | None
-    message: str
-    plan: list[str]
-    tools: list[dict[str, Any]]
-    audit_json: str | None
-    undo: str
-
-
-class FaultChange(TypedDict):
-    dry_run: bool
-    action: str
-    message: str
-    result: dict[str, Any] | None
-    undo: str
-
-
-# -- the safety model's helpers -----------------------------------------------------------------
-
-
-def workdir() -> Path:
-    return Path(os.environ.get(WORKDIR_VARIABLE) or os.getcwd()).resolve()
-
-
-def confine(path: str, *, must_exist: bool = False) -> Path:
-    """``path`` inside the work directory, or a ToolError that says which rule it broke."""
-    root = workdir()
-    if not isinstance(path, str) or not path.strip() or "\x00" in path:
-        raise ToolError("path: give a non-empty path inside the work directory")
-    given = Path(path)
-    if ".." in given.parts:
-        raise ToolError(f"path {path!r}: '..' is refused; give a path inside the work directory {root}")
-    lexical = given if given.is_absolute() else root / given
-    if given.is_absolute() and not _inside(Path(os.path.normpath(lexical)), root):
-        raise ToolError(f"path {path!r} is an absolute path outside the work directory {root}; refused")
-    resolved = lexical.resolve()
-    if not _inside(resolved, root):
-        raise ToolError(f"path {path!r} leads outside the work directory {root} through a symlink; refused")
-    if must_exist and not resolved.exists():
-        raise ToolError(f"path {path!r} does not exist in the work directory {root}")
-    return resolved
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
-
-
-def _relative(path: Path) -> str:
-    return str(path.relative_to(workdir())) if _inside(path, workdir()) else str(path)
-
-
-def _name(value: str, what: str, known: set[str] | None = None) -> str:
-    if not isinstance(value, str) or not NAME.match(value):
-        raise ToolError(f"{what} {value!r}: use letters, digits, '_', '.', '-' (at most 64, no leading '-')")
-    if known is not None and value not in known:
-        raise ToolError(f"{what} {value!r} is not one of: {', '.join(sorted(known))}")
-    return value
-
-
-def _control_url(url: str) -> str:
-    try:
-        parts = check_http_url(url, "control_url", "the proxy's loopback control URL")
-    except UrlError:
-        parts = None
-    if parts is None or parts.scheme != "http" or not is_loopback(str(parts.hostname)):
-        raise ToolError(f"control_url {url!r}: give the proxy's loopback control URL, e.g. http://127.0.0.1:8474")
-    return url
-
-
-def _confirmed(dry_run: bool, confirm_destructive: bool) -> bool:
-    """True to act; False for a dry run; a refusal for a half-confirmed call."""
-    if dry_run:
-        return False
-    if not confirm_destructive:
-        raise ToolError("dry_run=false acts only with confirm_destructive=true as well; nothing was done")
-    return True
-
-
-def _text_bound(text: str, what: str) -> None:
-    if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
-        raise ToolError(f"{what} is larger than {MAX_TEXT_BYTES} bytes; refused")
-
-
-def _checked_rule(rule: dict[str, Any]) -> None:
-    """A rule checked as a profile's is (NaN and Infinity refused by name), before a dry run says it would add it."""
-    from mcpfault.api import check_rule
-
-    try:
-        check_rule(rule, source="set_faults rule")
-    except ProblemsError as exc:
-        raise ToolError("rule refused: " + "; ".join(_problems(exc))) from None
-
-
-def _problems(exc: ProblemsError) -> list[str]:
-    return [str(problem) for problem in exc.problems]
-
-
-# -- the server ----------------------------------------------------------------------------------
-
-
-# -- the tools -----------------------------------------------------------------------------------
 
 
 def list_fault_types() -> FaultTypes:
@@ -264,15 +91,15 @@ def validate_profile(text: str | None = None, path: str | None = None) -> Valida
         file = confine(path, must_exist=True)
         if file.stat().st_size > MAX_TEXT_BYTES:
             raise ToolError(f"path {path!r} is larger than {MAX_TEXT_BYTES} bytes; refused")
-        text, source = file.read_text(encoding="utf-8", errors="replace"), _relative(file)
+        text, source = file.read_text(encoding="utf-8", errors="replace"), relative(file)
     else:
         assert text is not None
-        _text_bound(text, "text")
+        bound_text(text, "text")
         source = "<text>"
     try:
         checked = check_profile(text, source=source)
     except ProfileError as exc:
-        return {"valid": False, "name": None, "rules": 0, "problems": _problems(exc)}
+        return {"valid": False, "name": None, "rules": 0, "problems": problems(exc)}
     return {"valid": True, "name": checked.name, "rules": checked.rules, "problems": []}
 
 
@@ -292,12 +119,12 @@ def write_profile(
     target = confine(path)
     if target.suffix != ".toml":
         raise ToolError(f"path {path!r}: a profile file ends in .toml")
-    document = {"name": _name(name, "name"), "seed": int(seed), "faults": list(faults)}
+    document = {"name": checked_name(name, "name"), "seed": int(seed), "faults": list(faults)}
     try:
-        check_profile(document, source=_relative(target))
+        check_profile(document, source=relative(target))
     except ProfileError as exc:
-        raise ToolError("the profile is not valid; nothing was written:\n" + "\n".join(_problems(exc))) from None
-    return _write(target, toml_text(document), dry_run, confirm_destructive, "profile")
+        raise ToolError("the profile is not valid; nothing was written:\n" + "\n".join(problems(exc))) from None
+    return write_confined(target, toml_text(document), dry_run, confirm_destructive, "profile")
 
 
 def write_experiment(
@@ -321,12 +148,12 @@ def write_experiment(
         raise ToolError("target.command must be an argv list of non-empty strings, e.g. ['mcpfault', 'mock-server']")
     try:
         text = toml_text(experiment)
-        load_experiment(tomllib.loads(text), source=_relative(target))
+        load_experiment(tomllib.loads(text), source=relative(target))
     except ValueError as exc:
         raise ToolError(f"the experiment cannot be written as TOML: {exc}") from None
     except ProblemsError as exc:
-        raise ToolError("the experiment is not valid; nothing was written:\n" + "\n".join(_problems(exc))) from None
-    return _write(target, text, dry_run, confirm_destructive, "experiment")
+        raise ToolError("the experiment is not valid; nothing was written:\n" + "\n".join(problems(exc))) from None
+    return write_confined(target, text, dry_run, confirm_destructive, "experiment")
 
 
 async def run_experiment(path: str, dry_run: bool = True, confirm_destructive: bool = False) -> ExperimentRun:
@@ -338,7 +165,7 @@ async def run_experiment(path: str, dry_run: bool = True, confirm_destructive: b
     try:
         loaded = load_experiment(file)
     except ProblemsError as exc:
-        raise ToolError("the experiment is not valid:\n" + "\n".join(_problems(exc))) from None
+        raise ToolError("the experiment is not valid:\n" + "\n".join(problems(exc))) from None
     if loaded.total_s > MAX_EXPERIMENT_S:
         raise ToolError(f"the experiment lasts {loaded.total_s:g} s; at most {MAX_EXPERIMENT_S:g} s here")
     timeline = [f"0 s: a proxy in front of the bundled mock starts; load runs for {loaded.total_s:g} s"]
@@ -347,7 +174,7 @@ async def run_experiment(path: str, dry_run: bool = True, confirm_destructive: b
         for action in sorted(loaded.method, key=lambda a: a.start_after_s)
     ]
     undo = "nothing to undo: the proxy it starts, and every fault in it, end with the run"
-    if not _confirmed(dry_run, confirm_destructive):
+    if not confirmed(dry_run, confirm_destructive):
         message = f"dry run: would run {loaded.title!r} ({loaded.total_s:g} s); nothing was started"
         return _experiment_answer(True, message, timeline, None, undo)
     out_dir = workdir() / "runs" / f"experiment-{file.stem}-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -368,8 +195,8 @@ async def run_bench(profile: str = "error", agent: str = "resilient", tasks: int
     300 s; its run directory goes under runs/ in the work directory (read it with read_report)."""
     from mcpfault.api import bundled_profiles, scripted_agents, task_outcomes
 
-    _name(profile, "profile", set(bundled_profiles()))
-    _name(agent, "agent", set(scripted_agents()))
+    checked_name(profile, "profile", set(bundled_profiles()))
+    checked_name(agent, "agent", set(scripted_agents()))
     if not isinstance(tasks, int) or not 1 <= tasks <= MAX_BENCH_TASKS:
         raise ToolError(f"tasks {tasks!r}: give an integer in [1, {MAX_BENCH_TASKS}]")
     from mcpfault.app import bench as app_bench  # the harness, imported when a bench runs
@@ -391,7 +218,7 @@ async def run_bench(profile: str = "error", agent: str = "resilient", tasks: int
         raise ToolError("the bench ran with errors: " + "; ".join(done.errors)[-1500:])
     outcomes = dict(task_outcomes(run_dir))
     wall = round(time.monotonic() - started, 2)
-    return {"run_dir": _relative(run_dir), "tasks": sum(outcomes.values()), "outcomes": outcomes, "wall_s": wall}
+    return {"run_dir": relative(run_dir), "tasks": sum(outcomes.values()), "outcomes": outcomes, "wall_s": wall}
 
 
 def read_report(path: str) -> Report:
@@ -401,7 +228,7 @@ def read_report(path: str) -> Report:
         file = confine(str(Path(path) / "report.md"), must_exist=True)
     data = file.read_bytes()
     text = data[:MAX_REPORT_BYTES].decode("utf-8", errors="replace")
-    return {"path": _relative(file), "text": text, "truncated": len(data) > MAX_REPORT_BYTES, "bytes": len(data)}
+    return {"path": relative(file), "text": text, "truncated": len(data) > MAX_REPORT_BYTES, "bytes": len(data)}
 
 
 def list_runs() -> Runs:
@@ -411,11 +238,11 @@ def list_runs() -> Runs:
     for marker, kind in (("records.jsonl", "bench"), ("journal.jsonl", "experiment")):
         for file in root.rglob(marker):
             directory = file.parent
-            if not _inside(directory.resolve(), root):
+            if not inside(directory.resolve(), root):
                 continue
             modified = directory.stat().st_mtime
             entry: RunEntry = {
-                "path": _relative(directory),
+                "path": relative(directory),
                 "kind": kind,
                 "modified": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(modified)),
             }
@@ -456,18 +283,18 @@ def set_faults(
     if action == "add":
         if not isinstance(rule, dict) or not isinstance(rule.get("name"), str):
             raise ToolError("action 'add' needs rule: one [[faults]] table with a name")
-        _name(rule["name"], "rule name")
-        _checked_rule(rule)
+        checked_name(rule["name"], "rule name")
+        checked_rule(rule)
         what, undo = f"add rule {rule['name']!r} ({rule.get('type')})", f"set_faults remove name={rule['name']!r}"
     elif action == "remove":
         if name is None:
             raise ToolError("action 'remove' needs name: the rule's name")
-        _name(name, "name")
+        checked_name(name, "name")
         what, undo = f"remove rule {name!r}", "set_faults add with the same rule, or reset"
     else:
         what = {"off": "switch every fault off", "on": "switch faults on", "reset": "reset to the profile"}[action]
         undo = {"off": "set_faults on", "on": "set_faults off", "reset": "add back the run-time rules"}[action]
-    if not _confirmed(dry_run, confirm_destructive):
+    if not confirmed(dry_run, confirm_destructive):
         return {
             "dry_run": True,
             "action": action,
@@ -521,7 +348,7 @@ async def audit_server(
         )
     if not isinstance(max_calls, int) or not 1 <= max_calls <= MAX_AUDIT_CALLS:
         raise ToolError(f"max_calls {max_calls!r}: give an integer in [1, {MAX_AUDIT_CALLS}]")
-    act = _confirmed(dry_run, confirm_destructive)
+    act = confirmed(dry_run, confirm_destructive)
     out_dir = workdir() / "audits" / f"audit-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.monotonic_ns()}"
     examples_file = confine(examples, must_exist=True) if examples is not None else None
 
@@ -573,7 +400,7 @@ def _audit_run(outcome: AuditOutcome, fail_on: str) -> AuditRun:
         "message": message,
         "plan": outcome.plan,
         "tools": summary,
-        "audit_json": _relative(outcome.audit_json) if outcome.audit_json is not None else None,
+        "audit_json": relative(outcome.audit_json) if outcome.audit_json is not None else None,
         "undo": "the server ran in its own directory (see audit_json); what it did outside it, it did for real",
     }
 
@@ -623,51 +450,6 @@ PROMPTS: tuple[tuple[Callable[..., str], str], ...] = (
 )
 
 
-def build() -> MCPServer:
-    server = MCPServer(
-        "mcpfault",
-        log_level="WARNING",
-        instructions="Chaos engineering for MCP: write fault profiles and experiments, run them against the "
-        "bundled mock, read reports, change a live proxy's faults. Files stay in the work directory; "
-        "anything destructive is a dry run unless dry_run=false and confirm_destructive=true.",
-    )
-    for tool, hints in TOOLS:
-        server.tool(annotations=hints, structured_output=True)(tool)
-    for prompt, title in PROMPTS:
-        server.prompt(title=title)(prompt)
-    return server
-
-
-def _write(target: Path, text: str, dry_run: bool, confirm_destructive: bool, what: str) -> Written:
-    _text_bound(text, what)
-    shown = _relative(target)
-    if target.exists():
-        if dry_run or not confirm_destructive:  # never an overwrite by default: the answer says how
-            return {
-                "path": shown,
-                "written": False,
-                "dry_run": True,
-                "message": f"{shown} exists; overwriting it needs dry_run=false and confirm_destructive=true",
-                "undo": "nothing was written",
-            }
-        previous = target.with_name(target.name + ".previous")
-        previous.write_bytes(target.read_bytes())
-        target.write_text(text, encoding="utf-8")
-        undo = f"the file it replaced is kept as {_relative(previous)}"
-        return {"path": shown, "written": True, "dry_run": False, "message": f"overwrote {shown}", "undo": undo}
-    if dry_run:
-        return {
-            "path": shown,
-            "written": False,
-            "dry_run": True,
-            "message": f"dry run: would write {shown}",
-            "undo": "",
-        }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    return {"path": shown, "written": True, "dry_run": False, "message": f"wrote {shown}", "undo": f"delete {shown}"}
-
-
 def _experiment_answer(dry: bool, message: str, timeline: list[str], outcome: Any, undo: str) -> ExperimentRun:
     return {
         "dry_run": dry,
@@ -676,7 +458,7 @@ def _experiment_answer(dry: bool, message: str, timeline: list[str], outcome: An
         "verdict": outcome.verdict if outcome is not None else None,
         "state": outcome.state if outcome is not None else None,
         "exit_code": int(outcome.exit_code) if outcome is not None else None,
-        "out_dir": _relative(outcome.out_dir) if outcome is not None else None,
+        "out_dir": relative(outcome.out_dir) if outcome is not None else None,
         "undo": undo,
     }
 
@@ -684,7 +466,7 @@ def _experiment_answer(dry: bool, message: str, timeline: list[str], outcome: An
 def _control(url: str) -> Any:
     from mcpfault.api import Control
 
-    return Control(_control_url(url), token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None, timeout_s=10.0)
+    return Control(loopback_control_url(url), token=os.environ.get("MCPFAULT_CONTROL_TOKEN") or None, timeout_s=10.0)
 
 
 def _live(call: Any) -> Any:
@@ -696,23 +478,3 @@ def _live(call: Any) -> Any:
         raise ToolError(str(exc)) from None
     except ApiError as exc:
         raise ToolError(f"the proxy refused: {exc.detail()}") from None
-
-
-async def serve_http(server: MCPServer, host: str, port: int, announce: Any) -> None:
-    """Streamable HTTP on ``host:port`` (0: the OS picks); ``announce(url)`` once listening."""
-    import socket
-
-    import uvicorn
-
-    if not is_loopback(host):
-        raise UsageError(f"--listen {host}: mcp-server serves loopback only (it writes files and runs experiments)")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning", lifespan="on")
-    announce(f"http://{shown}:{bound}/mcp")
-    await uvicorn.Server(config).serve(sockets=[sock])
