@@ -271,8 +271,8 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     from mcpfault.faults.engine import Engine
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.observe import TelemetryObserver
-    from mcpfault.proxy.span_endings import plain_finished
-    from mcpfault.telemetry.fastspans import json_span
+    from mcpfault.proxy.span_endings import PlainEnding, plain_finished
+    from mcpfault.telemetry.fastspans import json_span, root_handle
 
     recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
     queued: list[tuple[Any, ...]] = []
@@ -293,7 +293,17 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         core.from_client(request_line + b"\n")
         core.from_server(answer + b"\n")
     assert len(queued) == 2
-    for (handle, _build, kept), (pending, raw) in zip(queued, answered, strict=True):
+    for item, (pending, raw) in zip(queued, answered, strict=True):
+        if len(item) == 2:  # a root as it was drawn: its span made whole on the writer's thread
+            build, fields = item
+            kept = PlainEnding(*fields)
+            assert kept.root is not None
+            start_ns = fast._clock.unix_ns(kept.started)
+            handle = root_handle(kept.root, "", SpanKind.SERVER.value + 1, fast._from_client, start_ns)
+            assert isinstance(build(fields), Filled)  # then the same as plain's, below
+            assert build(fields) == fast._spans.plain(handle, kept)
+        else:
+            handle, _build, kept = item
         outcome = plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
         filled = fast._spans.ending(handle, outcome)
         assert isinstance(filled, Filled)
@@ -305,6 +315,7 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         ending = slow._spans.ending(handle, outcome)
         assert not isinstance(ending, bytes | Filled)
         attributes, events, error, end_ns, name = ending
+        assert name is not None
         handle.name = name
         assert templated == orjson.dumps(json_span(handle, attributes, events, error, end_ns))
 
@@ -324,7 +335,8 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
     for request_id in range(1, 6):
         core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
         core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
-    spans = [orjson.loads(build(handle, ending).json()) for handle, build, ending in queued]
+    assert all(len(item) == 2 for item in queued)  # roots as they were drawn: built (build, ending) alone
+    spans = [orjson.loads(build(ending).json()) for build, ending in queued]
     assert len(observer._spans._plain_templates) == 1
     request_ids = [
         attribute["value"]["stringValue"]

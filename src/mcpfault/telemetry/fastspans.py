@@ -70,7 +70,7 @@ MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
 # The spans a recorder writes itself before it starts its writer process (``writer_process``): a batch.
 PROCESS_AFTER_SPANS: Final = BATCH_SPANS
-ID_POOL: Final = 1024  # ids drawn ahead: a fifth of a second of requests at 5,000 a second
+ID_POOL: Final = 1024  # root spans drawn ahead: a fifth of a second of requests at 5,000 a second
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
@@ -79,6 +79,15 @@ YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 # attributes, events, error, end Unix ns, and the span's name when only the ending knows it (or None)
 Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | None", int, "str | None"]
+
+
+# A root span drawn ahead (``SpanRecorder.roots``), before it has a handle: its trace id, its span id,
+# its W3C ``traceparent`` in the form ``keep_root_context`` asked for, its flags, and whether it is
+# recorded. Plain values only, so the garbage collector stops tracking it (a handle it would move
+# into its older generations while the span waits for the writer). A span whose handle is made on
+# the writer's thread (``end_root_later``) costs the request's path this tuple. Its first two items
+# are the ids log lines show (``CURRENT_SPAN``).
+Root = tuple[str, str, bytes, str, bool]
 
 
 class Filled(NamedTuple):
@@ -107,6 +116,7 @@ class SpanHandle:
         "kind",
         "name",
         "parent_span_id",
+        "recording",
         "span_id",
         "start_ns",
         "trace_id",
@@ -136,14 +146,18 @@ class SpanHandle:
         self.start_ns = start_ns
         # The proxy's leg upstream, as a CLIENT span child of this one, once its context went upstream.
         self.client_span_id: str | None = None
-
-    @property
-    def recording(self) -> bool:
-        return self.flags[-1] in _SAMPLED_DIGITS  # the low bit of the flags' last hex digit
+        # Whether the sampler keeps the span: the low bit of the flags' last hex digit. An attribute,
+        # not a property: it is read once or twice per request, and the flags never change.
+        self.recording = flags[-1] in _SAMPLED_DIGITS
 
     def traceparent(self) -> str:
         """The W3C ``traceparent`` naming this span as the parent."""
         return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+
+def root_handle(root: Root, name: str, kind: int, attributes: dict[str, Any], start_unix_ns: int) -> SpanHandle:
+    """The handle of a root drawn ahead (``SpanRecorder.roots``), started as given; ``kind`` is OTLP's."""
+    return SpanHandle(root[0], root[1], None, root[3], None, name, kind, attributes, start_unix_ns)
 
 
 class SpanRecorder:
@@ -184,9 +198,13 @@ class SpanRecorder:
         self._ratio_bound = sampler.ratio_bound
         # A root span's flags when they do not depend on its trace id (always on, always off).
         self._root_flags = {"on": "01", "off": "00"}.get(self._root)
-        # Ids drawn ahead by the writer thread, so a request does not pay for its own (start_root).
-        self._ids: list[tuple[str, str]] = []
-        self._draw_ids()
+        # Root spans drawn ahead by the writer thread, so a request does not pay for its ids or its
+        # traceparent's text (start_root). A caller on the hot path may pop from this very list
+        # (TelemetryObserver.forward_plain): it is refilled in place, never replaced. Each keeps its
+        # traceparent in the form its taker writes (``keep_root_context``), by default its ASCII bytes.
+        self._root_context: Callable[[str], bytes] | None = None
+        self.roots: list[Root] = []
+        self._draw_roots()
         export = settings.export
         self._url = export.url if export is not None else None
         self._json = export is not None and export.protocol == "http/json"
@@ -281,26 +299,48 @@ class SpanRecorder:
 
     def start_root(self, name: str, kind: int, attributes: dict[str, Any], start_unix_ns: int) -> SpanHandle:
         """``start`` for a request that carries no ``traceparent`` (the usual case), in fewer steps:
-        the ids come from those the writer drew ahead (``_draw_ids``); ``kind`` is OTLP's."""
+        the ids come from a root the writer drew ahead (``roots``); ``kind`` is OTLP's."""
         try:
-            trace_id, span_id = self._ids.pop()
+            root = self.roots.pop()
         except IndexError:
-            trace_id, span_id = self.new_trace_id(), self.new_span_id()
+            root = self.new_root()
+        CURRENT_SPAN.set(root)
+        return root_handle(root, name, kind, attributes, start_unix_ns)
+
+    def new_root(self) -> Root:
+        """A root span of a new trace as ``roots`` holds them, flagged sampled or not by the sampler."""
+        return self._root_span(self.new_trace_id(), self.new_span_id())
+
+    def keep_root_context(self, context: Callable[[str], bytes]) -> None:
+        """Keep each root's traceparent in ``roots`` as ``context`` makes it, from now on: the form its
+        taker writes (the proxy: the bytes it splices into a request), made off the request's path.
+        The roots drawn already are drawn again. Meant for a recorder's set-up: a taker must not
+        rely on the form while another may change it."""
+        if context is self._root_context:
+            return
+        self._root_context = context
+        self.roots[:] = [self._root_span(root[0], root[1]) for root in self.roots]
+
+    def _root_span(self, trace_id: str, span_id: str) -> Root:
         flags = self._root_flags
         if flags is None:
             flags = "01" if self._in_ratio(trace_id) else "00"
-        CURRENT_SPAN.set((trace_id, span_id))
-        return SpanHandle(trace_id, span_id, None, flags, None, name, kind, attributes, start_unix_ns)
+        traceparent = f"00-{trace_id}-{span_id}-{flags}"
+        context = self._root_context(traceparent) if self._root_context is not None else traceparent.encode()
+        return trace_id, span_id, context, flags, flags[-1] in _SAMPLED_DIGITS
 
-    def _draw_ids(self) -> None:
-        """Fill the pool of ids ``start_root`` takes from (on the writer thread, between batches)."""
-        missing = ID_POOL - len(self._ids)
+    def _draw_roots(self) -> None:
+        """Fill the pool ``start_root`` takes from (on the writer thread, between batches)."""
+        missing = ID_POOL - len(self.roots)
         if missing <= 0:
             return
         getrandbits = self._random.getrandbits
         drawn = [f"{getrandbits(192):048x}" for _ in range(missing)]
         # An id of zeros is invalid (one in 2**64): such a draw is left out.
-        self._ids.extend((ids[:32], ids[32:]) for ids in drawn if ids[:32] != _ZERO_TRACE and ids[32:] != _ZERO_SPAN)
+        root = self._root_span
+        self.roots.extend(
+            [root(ids[:32], ids[32:]) for ids in drawn if ids[:32] != _ZERO_TRACE and ids[32:] != _ZERO_SPAN]
+        )
 
     def _in_ratio(self, trace_id: str) -> bool:
         # The SDK's TraceIdRatioBased rule: the trace id's lower 64 bits below ratio * 2**64.
@@ -342,6 +382,13 @@ class SpanRecorder:
         recording, or dropped on a full queue (then ``build`` never runs)."""
         return handle.recording and self._enqueue((handle, build, argument))
 
+    def end_root_later(self, build: Callable[[Any], bytes | Filled], argument: Any) -> bool:
+        """``end_later`` for a span that has no handle yet, a root taken from ``roots`` as it was
+        drawn: ``build(argument)`` makes the whole span, its JSON or a ``Filled``, on the writer
+        thread. The caller has checked that the root is recorded. False when the queue is full and
+        the span is dropped (then ``build`` never runs)."""
+        return self._enqueue((build, argument))
+
     # -- the writer ------------------------------------------------------------------------------
 
     def _start_writer(self) -> None:
@@ -359,7 +406,7 @@ class SpanRecorder:
                 self._flush_batch()
                 if not stopping and len(self._queue) < BATCH_SPANS:
                     break
-            self._draw_ids()
+            self._draw_roots()
             if stopping and not self._queue:
                 return
 
@@ -441,7 +488,14 @@ class SpanRecorder:
         dumps = orjson.dumps
         spans: list[bytes | Filled] = []
         for index, item in enumerate(batch, 1):
-            if len(item) == 3:  # from end_later
+            if len(item) == 2:  # from end_root_later
+                build_root, argument = item
+                try:
+                    spans.append(build_root(argument))
+                except Exception:  # lose the span, not the batch
+                    _log.exception("could not build a span")
+                    continue
+            elif len(item) == 3:  # from end_later
                 handle, build, argument = item
                 try:
                     ending = build(handle, argument)
