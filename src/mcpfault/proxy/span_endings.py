@@ -32,6 +32,7 @@ from mcpfault.telemetry.fastspans import (
     SpanTemplate,
     encode_attributes,
     json_span,
+    json_string_content,
     root_handle,
 )
 from mcpfault.telemetry.metrics import ProxyMetrics
@@ -215,7 +216,7 @@ class SpanEndings:
             )
         if template is not None:  # _slot_values, for a root's handle
             finished_ns = int(finished * 1e9) + offset_ns
-            request_id = request_id if request_id.__class__ is int else str(request_id)
+            request_id = request_id if request_id.__class__ is int else json_string_content(str(request_id))
             values = (root[0], root[1], None, started_ns, finished_ns, request_id, started_ns, finished_ns)
             return _new_tuple(Filled, (template, values))
         handle = root_handle(root, "", _SERVER, self._from_client, started_ns)
@@ -359,9 +360,9 @@ class SpanEndings:
     def _slot_values(
         self, handle: SpanHandle, request_id: Any, started: float, finished: float, delay_s: float
     ) -> tuple[Any, ...]:
-        """What fills a template's slots (``_template``'s numbering), raw: ids and the request id as
-        strings, times as Unix ns, an int request id as it is (``slot_texts`` makes them JSON, in the
-        writer process when there is one)."""
+        """What fills a template's slots (``_template``'s numbering), as ``SpanTemplate.fill`` takes
+        them: ids as strings (hex), times as Unix ns, an int request id as it is, any other as the
+        content of a JSON string (``json_string_content``)."""
         offset_ns = self._clock.offset_ns
         finished_ns = int(finished * 1e9) + offset_ns
         return (
@@ -370,7 +371,7 @@ class SpanEndings:
             handle.parent_span_id,
             handle.start_ns,
             int((finished + delay_s) * 1e9) + offset_ns if delay_s else finished_ns,
-            request_id if request_id.__class__ is int else str(request_id),
+            request_id if request_id.__class__ is int else json_string_content(str(request_id)),
             int(started * 1e9) + offset_ns,
             finished_ns,
         )
