@@ -405,6 +405,9 @@ class SpanRecorder:
             stopping = self._stopping
             while self._queue:
                 self._flush_batch()
+                # Between batches too: with a backlog (a pipelined burst) the requests empty the pool
+                # faster than the queue drains, and a request then draws its own ids.
+                self._draw_roots()
                 if not stopping and len(self._queue) < BATCH_SPANS:
                     break
             self._draw_roots()
