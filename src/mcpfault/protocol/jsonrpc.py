@@ -173,15 +173,11 @@ def with_params_meta(line: bytes, params: object, opening: bytes) -> bytes | Non
     (``params_with_meta(key, value)``): compact JSON, ``params`` a non-empty object without ``_meta``,
     ``"params"`` once in the line (so it is the request's own). The same bytes, one copy of the line;
     None when the line is not that case (``with_plain_meta_string`` then decides)."""
-    if (
-        params.__class__ is not dict
-        or not params
-        or "_meta" in params
-        or line.count(b'"params"') != 1
-        or PARAMS_OPEN not in line
-    ):
-        return None
-    return line.replace(PARAMS_OPEN, opening, 1)
+    if params.__class__ is dict and params and "_meta" not in params and line.count(b'"params"') == 1:
+        edited = line.replace(PARAMS_OPEN, opening, 1)
+        if len(edited) != len(line):  # the params object opened as compact JSON opens it
+            return edited
+    return None
 
 
 def with_plain_meta_string(line: bytes, params: object, key: str, value: str) -> bytes | None:

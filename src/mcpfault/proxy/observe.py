@@ -74,7 +74,7 @@ class TelemetryObserver(ServerObserver):
         # Lean: nothing but the span itself needs a request's handle (no metrics, no annotations, no
         # CLIENT span), so a plain request's root stays as it was drawn (a token of plain values) and
         # its span is made whole on the span writer's thread (SpanEndings.plain_root).
-        self._lean = metrics is None and annotate is None and not client_spans
+        self._lean = recorder is not None and metrics is None and annotate is None and not client_spans
         # The attributes every span of a direction starts with: built once, shared, never mutated.
         fixed = self._attributes or {}
         self._from_client = SharedAttributes(
@@ -125,28 +125,25 @@ class TelemetryObserver(ServerObserver):
         span's ``traceparent`` when ``propagate``), in one step; None for the line leaves the edit to
         the core's general one (``ProxyCore._with_context_line``). The token is a handle, or when the
         observer is lean a root as it was drawn (``Root``), made a span on the span writer's thread."""
-        recorder = self._recorder
-        assert recorder is not None
-        if self._metrics is not None:
-            self._metrics.request_started()
         params = body.get("params")
-        meta = params.get("_meta") if params.__class__ is dict else None
-        span: SpanHandle | Root
-        if meta.__class__ is dict and ("traceparent" in meta or "tracestate" in meta):
-            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
-            started_ns = self._clock.unix_ns(started)
-            maybe = recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
-            if maybe is None:
-                return None, line  # an unsampled client context: the request crosses as it came
-            span = maybe
-        elif self._lean:
-            # A new trace, the usual case: on this path, only the ids and the edit, with a root the
-            # recorder drew ahead and the bytes it keeps for the edit; no handle, no start time
-            # (the request's own, in the core's InFlight, serves).
+        if (
+            self._lean
+            and params.__class__ is dict
+            and (
+                "_meta" not in params
+                or (meta := params["_meta"]).__class__ is not dict
+                or ("traceparent" not in meta and "tracestate" not in meta)
+            )
+        ):
+            # A new trace, the usual case, in as few steps as it takes (this path runs cache-cold after
+            # every wake-up, where each step costs): a root the recorder drew ahead with the bytes of
+            # its traceparent, and the edit; no handle, no start time (the request's own, in the
+            # core's InFlight, serves).
             try:
                 root = self._roots.pop()
-            except IndexError:
-                root = recorder.new_root()
+            except IndexError:  # drawn faster than the writer draws: its own, then
+                assert self._recorder is not None
+                root = self._recorder.new_root()
             # Not made the current span for log lines, as start_root's are: nothing logs while a lane
             # carries the request, and its ids would only name it on later lines of other work. A
             # span that was current is no longer (cheaply: the variable's read is cached).
@@ -158,6 +155,19 @@ class TelemetryObserver(ServerObserver):
             if upstream is None:
                 upstream = jsonrpc.with_plain_meta_string(line, params, "traceparent", _traceparent(root))
             return root, upstream
+        recorder = self._recorder
+        assert recorder is not None
+        if self._metrics is not None:
+            self._metrics.request_started()
+        meta = params.get("_meta") if params.__class__ is dict else None
+        span: SpanHandle | Root
+        if meta.__class__ is dict and ("traceparent" in meta or "tracestate" in meta):
+            traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+            started_ns = self._clock.unix_ns(started)
+            maybe = recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
+            if maybe is None:
+                return None, line  # an unsampled client context: the request crosses as it came
+            span = maybe
         else:
             span = recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
         if not propagate or not self._propagates:
