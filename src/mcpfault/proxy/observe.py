@@ -23,7 +23,7 @@ from mcpfault.proxy.process.supervisor import ServerObserver
 from mcpfault.proxy.span_endings import Annotate, Clock, EndingFields, PlainEnding, SpanEndings, plain_finished
 from mcpfault.telemetry import names
 from mcpfault.telemetry.current_span import CURRENT_SPAN
-from mcpfault.telemetry.fastspans import Root, SharedAttributes, SpanHandle, SpanRecorder, root_handle
+from mcpfault.telemetry.fastspans import Root, RootEnding, SharedAttributes, SpanHandle, SpanRecorder, root_handle
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
@@ -94,6 +94,7 @@ class TelemetryObserver(ServerObserver):
         )
         self._plain = self._spans.plain  # bound once: answered_plain runs on the request's thread
         self._plain_root = self._spans.plain_root
+        self._derive_root = self._root_ending  # bound once: one object shared by the endings waiting
         self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
     def started(
@@ -182,7 +183,7 @@ class TelemetryObserver(ServerObserver):
             if span[4]:  # recorded
                 recorder = self._recorder
                 assert recorder is not None
-                recorder.end_root_later(self._plain_root, self._ending_fields(pending, answer, span))
+                recorder.end_root_soon(self._derive_root, (pending, answer, span))
             return
         metrics = self._metrics
         if span.__class__ is SpanHandle and span.recording:
@@ -240,6 +241,10 @@ class TelemetryObserver(ServerObserver):
             answer.generation,
             root,
         )
+
+    def _root_ending(self, item: tuple[InFlight, PlainAnswer, Root]) -> RootEnding:
+        """How a lean observer's plain request ends (``SpanRecorder.end_root_soon``)."""
+        return self._plain_root, self._ending_fields(*item)
 
     @classmethod
     def _plain_ending_of(cls, pending: InFlight, answer: PlainAnswer) -> PlainEnding:

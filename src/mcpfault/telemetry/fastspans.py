@@ -74,6 +74,9 @@ ID_POOL: Final = 1024  # root spans drawn ahead: a fifth of a second of requests
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
+# Endings whose fields are read together (end_root_soon): on the relay's thread once this many wait,
+# on the writer's at its next wake for fewer.
+SOON: Final = 8
 YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
@@ -88,6 +91,8 @@ Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | 
 # the writer's thread (``end_root_later``) costs the request's path this tuple. Its first two items
 # are the ids log lines show (``CURRENT_SPAN``).
 Root = tuple[str, str, bytes, str, bool]
+# What a root's ending is queued as (``end_root_later``'s arguments): how to build it, and from what.
+RootEnding = tuple[Callable[[Any], "bytes | Filled"], Any]
 
 
 class Filled(NamedTuple):
@@ -180,9 +185,13 @@ class SpanRecorder:
         max_queue: int = MAX_QUEUE,
         writer_process: bool = False,
         process_after: int = PROCESS_AFTER_SPANS,
+        soon: int = SOON,
     ) -> None:
         self._random = random.Random(os.urandom(32))
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        # What end_root_soon keeps until ``soon`` of them wait (or the writer's next wake).
+        self._soon: collections.deque[tuple[Callable[[Any], RootEnding], Any]] = collections.deque()
+        self._soon_count = soon
         self._max_queue = max_queue
         self.dropped = 0
         self._warned = False
@@ -390,6 +399,35 @@ class SpanRecorder:
         the span is dropped (then ``build`` never runs)."""
         return self._enqueue((build, argument))
 
+    def end_root_soon(self, derive: Callable[[Any], RootEnding], item: Any) -> None:
+        """``end_root_later(*derive(item))``, for ``soon`` spans at a time (the constructor's): on this
+        thread once that many wait, on the writer's at its next wake for fewer, so a span is queued
+        as soon as ``end_root_later`` would be, give or take that wake. The endings' fields are then
+        read in one loop, warm, rather than cold after every answer. ``item`` may hold a parsed
+        request and its answer: a few requests' worth at a time, never a batch's (held that long,
+        they reached the garbage collector's oldest generation, whose full collections took ~20 ms)."""
+        soon = self._soon
+        soon.append((derive, item))
+        if len(soon) >= self._soon_count:
+            self._derive_soon()
+        elif self._thread is None:
+            self._start_writer()
+
+    def _derive_soon(self) -> None:
+        """What end_root_soon keeps, queued (from either thread: each item is taken once)."""
+        soon = self._soon
+        while soon:
+            try:
+                derive, item = soon.popleft()
+            except IndexError:  # the other thread took the last one meanwhile
+                return
+            try:
+                build, argument = derive(item)
+            except Exception:  # lose the span, not the others
+                _log.exception("could not make a span's ending")
+                continue
+            self._enqueue((build, argument))
+
     # -- the writer ------------------------------------------------------------------------------
 
     def _start_writer(self) -> None:
@@ -403,6 +441,7 @@ class SpanRecorder:
             self._wake.wait(FLUSH_INTERVAL_S)
             self._wake.clear()
             stopping = self._stopping
+            self._derive_soon()
             while self._queue:
                 self._flush_batch()
                 # Between batches too: with a backlog (a pipelined burst) the requests empty the pool
@@ -528,6 +567,8 @@ class SpanRecorder:
         with self._start_lock:
             self._stopping = True
             thread = self._thread
+        if thread is None:
+            self._derive_soon()
         if thread is None and self._queue:  # spans queued but no writer: flush here
             while self._queue:
                 self._flush_batch()
