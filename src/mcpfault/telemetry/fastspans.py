@@ -86,10 +86,10 @@ Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | 
 
 # A root span drawn ahead (``SpanRecorder.roots``), before it has a handle: its trace id, its span id,
 # its W3C ``traceparent`` in the form ``keep_root_context`` asked for, its flags, and whether it is
-# recorded. Plain values only, so the garbage collector stops tracking it (a handle it would move
-# into its older generations while the span waits for the writer). A span whose handle is made on
-# the writer's thread (``end_root_later``) costs the request's path this tuple. Its first two items
-# are the ids log lines show (``CURRENT_SPAN``).
+# recorded. Plain values only, so the garbage collector stops tracking it (it moved handles into its
+# older generations while their spans waited for the writer). A span whose handle is made on the
+# writer's thread (``end_root_later``, ``end_root_soon``) costs the request's path this tuple. Its
+# first two items are the ids log lines show (``CURRENT_SPAN``).
 Root = tuple[str, str, bytes, str, bool]
 # What a root's ending is queued as (``end_root_later``'s arguments): how to build it, and from what.
 RootEnding = tuple[Callable[[Any], "bytes | Filled"], Any]
