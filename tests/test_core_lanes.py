@@ -127,7 +127,8 @@ def normalized(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def traced(tmp_path: Path, name: str) -> tuple[ProxyCore, list[tuple[Any, ...]], SpanRecorder]:
-    recorder = SpanRecorder("svc", spans_file=tmp_path / f"{name}.jsonl", otlp_endpoint=None)
+    # soon=1: each span queued as its answer ends (the default waits for a few: end_root_soon).
+    recorder = SpanRecorder("svc", spans_file=tmp_path / f"{name}.jsonl", otlp_endpoint=None, soon=1)
     queued: list[tuple[Any, ...]] = []
     recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]  # build the spans here
     return ProxyCore(Engine(profile.loads("")), observers=[TelemetryObserver(recorder, None)]), queued, recorder

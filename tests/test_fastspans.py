@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -271,10 +272,10 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     from mcpfault.faults.engine import Engine
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.observe import TelemetryObserver
-    from mcpfault.proxy.span_endings import plain_finished
-    from mcpfault.telemetry.fastspans import json_span
+    from mcpfault.proxy.span_endings import PlainEnding, plain_finished
+    from mcpfault.telemetry.fastspans import json_span, root_handle
 
-    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None, soon=1)
     queued: list[tuple[Any, ...]] = []
     recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]  # keep each span's item to build it twice
     fast = TelemetryObserver(recorder, None)
@@ -293,7 +294,17 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         core.from_client(request_line + b"\n")
         core.from_server(answer + b"\n")
     assert len(queued) == 2
-    for (handle, _build, kept), (pending, raw) in zip(queued, answered, strict=True):
+    for item, (pending, raw) in zip(queued, answered, strict=True):
+        if len(item) == 2:  # a root as it was drawn: its span made whole on the writer's thread
+            build, fields = item
+            kept = PlainEnding(*fields)
+            assert kept.root is not None
+            start_ns = fast._clock.unix_ns(kept.started)
+            handle = root_handle(kept.root, "", SpanKind.SERVER.value + 1, fast._from_client, start_ns)
+            assert isinstance(build(fields), Filled)  # then the same as plain's, below
+            assert build(fields) == fast._spans.plain(handle, kept)
+        else:
+            handle, _build, kept = item
         outcome = plain_finished(pending, raw)  # a plain request's Finished, from its raw answer
         filled = fast._spans.ending(handle, outcome)
         assert isinstance(filled, Filled)
@@ -305,6 +316,7 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
         ending = slow._spans.ending(handle, outcome)
         assert not isinstance(ending, bytes | Filled)
         attributes, events, error, end_ns, name = ending
+        assert name is not None
         handle.name = name
         assert templated == orjson.dumps(json_span(handle, attributes, events, error, end_ns))
 
@@ -316,7 +328,7 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.observe import TelemetryObserver
 
-    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None)
+    recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None, soon=1)
     queued: list[tuple[Any, ...]] = []
     recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]
     observer = TelemetryObserver(recorder, None)
@@ -324,7 +336,8 @@ def test_spans_that_end_alike_share_one_template(tmp_path: Path):
     for request_id in range(1, 6):
         core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
         core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
-    spans = [orjson.loads(build(handle, ending).json()) for handle, build, ending in queued]
+    assert all(len(item) == 2 for item in queued)  # roots as they were drawn: built (build, ending) alone
+    spans = [orjson.loads(build(ending).json()) for build, ending in queued]
     assert len(observer._spans._plain_templates) == 1
     request_ids = [
         attribute["value"]["stringValue"]
@@ -363,3 +376,46 @@ def test_a_request_whose_span_the_full_queue_drops_is_still_counted(tmp_path: Pa
     assert registry.get_sample_value("mcpfault_request_duration_seconds_count", duration) == 8
     assert registry.get_sample_value("mcpfault_proxy_added_seconds_count", {"transport": "stdio"}) == 8
     assert len(read_spans(tmp_path / "s.jsonl")) == 3
+
+
+def test_plain_endings_wait_for_a_few_then_go_together_and_never_longer_than_a_wake(tmp_path: Path):
+    # A lean observer's plain requests end through end_root_soon: their fields are read SOON at a
+    # time on the relay's thread, and what is left by the writer's thread at its next wake.
+    from mcpfault.faults import profile
+    from mcpfault.faults.engine import Engine
+    from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.observe import TelemetryObserver
+    from mcpfault.telemetry.fastspans import FLUSH_INTERVAL_S, SOON
+
+    spans_file = tmp_path / "s.jsonl"
+    recorder = SpanRecorder("svc", spans_file=spans_file, otlp_endpoint=None)
+    queued: list[tuple[Any, ...]] = []
+    enqueue = recorder._enqueue
+
+    def keep(item: tuple[Any, ...]) -> bool:
+        queued.append(item)
+        return enqueue(item)
+
+    recorder._enqueue = keep  # type: ignore[method-assign]
+    start_writer = recorder._start_writer
+    recorder._start_writer = lambda: None  # type: ignore[method-assign]  # no wake yet: only the count decides
+    core = ProxyCore(Engine(profile.loads("")), observers=[TelemetryObserver(recorder, None)])
+
+    def answered(request_id: int) -> None:
+        core.from_client(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}\n' % request_id)
+        core.from_server(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}\n' % request_id)
+
+    for request_id in range(1, SOON):
+        answered(request_id)
+    assert queued == []  # not yet: they wait for a few more
+    answered(SOON)
+    assert len(queued) == SOON  # together, on this thread
+    recorder._start_writer = start_writer  # type: ignore[method-assign]
+    answered(SOON + 1)
+    deadline = time.monotonic() + 10 * FLUSH_INTERVAL_S
+    while len(read_spans(spans_file)) < SOON + 1 and time.monotonic() < deadline:
+        time.sleep(FLUSH_INTERVAL_S / 4)  # the writer's wake takes the one left, with no more traffic
+    assert len(read_spans(spans_file)) == SOON + 1
+    answered(SOON + 2)
+    recorder.shutdown()  # a clean stop takes what waits too
+    assert len(read_spans(spans_file)) == SOON + 2

@@ -68,3 +68,27 @@ def test_any_params_either_edit_correctly_or_decline(params: dict[str, object]) 
     original = dict(params)
     original_meta = original.pop("_meta", {})
     assert after["params"] == original and meta == (original_meta if isinstance(original_meta, dict) else {})
+
+
+@given(st.dictionaries(st.text(max_size=8), st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=12)), max_size=4))
+def test_the_opening_made_ahead_gives_the_same_bytes_or_declines(params: dict[str, object]) -> None:
+    # with_params_meta: the proxy's common case, its traceparent encoded before the request came.
+    line = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "m", "params": params}) + b"\n"
+    edited = jsonrpc.with_params_meta(line, params, jsonrpc.params_with_meta("traceparent", NEW))
+    if edited is not None:
+        assert edited == jsonrpc.with_plain_meta_string(line, params, "traceparent", NEW)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e"}}',  # not compact
+        '{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}',  # empty: no comma after _meta
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{},"name":"e"}}',
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":{"params":{}}}}',
+    ],
+)
+def test_the_opening_made_ahead_declines_what_it_does_not_cover(text: str) -> None:
+    line = text.encode() + b"\n"
+    opening = jsonrpc.params_with_meta("traceparent", NEW)
+    assert jsonrpc.with_params_meta(line, orjson.loads(line)["params"], opening) is None

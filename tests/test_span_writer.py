@@ -55,7 +55,7 @@ def _writer_started(recorder: SpanRecorder, timeout_s: float = 30.0) -> bool:
 def _queued_items(tmp_path: Path) -> list[tuple[Any, ...]]:
     """What a traced core queues for a mix of requests: templated spans, a fault's slow path, a client's
     parent, a string id needing escapes, an error answer."""
-    recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None)
+    recorder = SpanRecorder("svc", spans_file=None, otlp_endpoint=None, soon=1)  # each span queued at its end
     queued: list[tuple[Any, ...]] = []
     recorder._enqueue = queued.append  # type: ignore[method-assign,assignment]
     engine = Engine(profile.loads('[[faults]]\nname = "boom"\ntype = "error"\ntools = ["counter"]\n'))

@@ -157,6 +157,29 @@ def with_meta_string(line: bytes, params: object, key: str, value: str) -> bytes
     return with_plain_meta_string(line, params, key, value)
 
 
+# Where compact JSON's params object opens: a request's ``_meta`` goes right after it.
+PARAMS_OPEN: Final = b'"params":{'
+
+
+def params_with_meta(key: str, value: str) -> bytes:
+    """``PARAMS_OPEN`` followed by a ``_meta`` of one plain member (``with_plain_meta_string``'s
+    ``key`` and ``value``) and a comma: the bytes ``with_params_meta`` puts in its place. Made ahead
+    of the request (the proxy's traceparents are drawn before they are needed)."""
+    return PARAMS_OPEN + f'"_meta":{{"{key}":"{value}"}},'.encode()
+
+
+def with_params_meta(line: bytes, params: object, opening: bytes) -> bytes | None:
+    """``with_plain_meta_string`` in its common case, with the member already encoded
+    (``params_with_meta(key, value)``): compact JSON, ``params`` a non-empty object without ``_meta``,
+    ``"params"`` once in the line (so it is the request's own). The same bytes, one copy of the line;
+    None when the line is not that case (``with_plain_meta_string`` then decides)."""
+    if params.__class__ is dict and params and "_meta" not in params and line.count(b'"params"') == 1:
+        edited = line.replace(PARAMS_OPEN, opening, 1)
+        if len(edited) != len(line):  # the params object opened as compact JSON opens it
+            return edited
+    return None
+
+
 def with_plain_meta_string(line: bytes, params: object, key: str, value: str) -> bytes | None:
     """``with_meta_string`` for a ``key`` and ``value`` the caller knows are plain printable ASCII
     without quotes or backslashes (a ``traceparent`` the proxy made): the request's hot path."""

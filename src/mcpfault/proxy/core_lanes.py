@@ -19,6 +19,8 @@ from mcpfault.proxy.core_context import with_context_line
 from mcpfault.proxy.core_server_requests import CoreServerRequests
 from mcpfault.proxy.core_types import InFlight, PlainAnswer
 
+_new_tuple = tuple.__new__
+
 
 class CoreLanes(CoreServerRequests):
     @property
@@ -69,7 +71,8 @@ class CoreLanes(CoreServerRequests):
         tokens = (token,)
         if upstream is None:
             upstream = with_context_line(self._observers, line, body, tokens)
-        self._track(InFlight(body, PASS, started, tokens, self._clock() - started))
+        # tuple.__new__, not the NamedTuple's Python __new__: the same tuple, a call fewer per request.
+        self._track(_new_tuple(InFlight, (body, PASS, started, tokens, self._clock() - started, None)))
         return upstream
 
     def lane_from_server(self, line: bytes) -> bytes | None:
@@ -106,7 +109,10 @@ class CoreLanes(CoreServerRequests):
             self.era.observe_handshake_result(method, body.get("result"))
         deferring = self._deferring
         if deferring is not None:
-            answer = PlainAnswer(line, body, arrived or 0.0, self._clock(), self.era.protocol_version, self.generation)
+            # tuple.__new__, not the NamedTuple's Python __new__: the same tuple, a call fewer per request.
+            answer = _new_tuple(
+                PlainAnswer, (line, body, arrived or 0.0, self._clock(), self.era.protocol_version, self.generation)
+            )
             if later:
                 self._passed.append((pending, answer))
             else:
@@ -121,5 +127,6 @@ class CoreLanes(CoreServerRequests):
             deferring = self._deferring
             assert deferring is not None
             self._passed = []
+            answered = deferring.answered_plain
             for pending, answer in passed:
-                deferring.answered_plain(pending, answer)
+                answered(pending, answer)

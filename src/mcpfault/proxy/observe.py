@@ -20,10 +20,12 @@ from mcpfault.faults.engine import Decision
 from mcpfault.protocol import jsonrpc
 from mcpfault.proxy.core import Finished, InFlight, PlainAnswer, classify
 from mcpfault.proxy.process.supervisor import ServerObserver
-from mcpfault.proxy.span_endings import Annotate, Clock, PlainEnding, SpanEndings, plain_finished
+from mcpfault.proxy.span_endings import Annotate, Clock, EndingFields, PlainEnding, SpanEndings, plain_finished
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import SharedAttributes, SpanHandle, SpanRecorder
+from mcpfault.telemetry.current_span import CURRENT_SPAN
+from mcpfault.telemetry.fastspans import Root, RootEnding, SharedAttributes, SpanHandle, SpanRecorder, root_handle
 from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
 
@@ -63,6 +65,16 @@ class TelemetryObserver(ServerObserver):
         # Fixed for every span of this observer: the upstream's address, an HTTP session's id.
         self._attributes = dict(attributes) if attributes else None
         self._clock = Clock()
+        # The root spans the recorder draws ahead, each with the bytes that put its traceparent in a
+        # request's params (``jsonrpc.with_params_meta``); forward_plain takes them straight from its list.
+        self._roots: list[Root] = []
+        if recorder is not None:
+            recorder.keep_root_context(_traceparent_opening)
+            self._roots = recorder.roots
+        # Lean: nothing but the span itself needs a request's handle (no metrics, no annotations, no
+        # CLIENT span), so a plain request's root stays as it was drawn (a token of plain values) and
+        # its span is made whole on the span writer's thread (SpanEndings.plain_root).
+        self._lean = recorder is not None and metrics is None and annotate is None and not client_spans
         # The attributes every span of a direction starts with: built once, shared, never mutated.
         fixed = self._attributes or {}
         self._from_client = SharedAttributes(
@@ -72,8 +84,17 @@ class TelemetryObserver(ServerObserver):
             {names.NETWORK_TRANSPORT: transport, names.DIRECTION: names.DIRECTION_SERVER_TO_CLIENT, **fixed}
         )
         # How the spans end, built on the span writer's thread (session_id: for 2025-11-25 traffic only).
-        self._spans = SpanEndings(self._clock, metrics, self._from_server, session_id=session_id, annotate=annotate)
+        self._spans = SpanEndings(
+            self._clock,
+            metrics,
+            self._from_server,
+            from_client=self._from_client,
+            session_id=session_id,
+            annotate=annotate,
+        )
         self._plain = self._spans.plain  # bound once: answered_plain runs on the request's thread
+        self._plain_root = self._spans.plain_root
+        self._derive_root = self._root_ending  # bound once: one object shared by the endings waiting
         self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
     def started(
@@ -100,34 +121,70 @@ class TelemetryObserver(ServerObserver):
 
     def forward_plain(
         self, line: bytes, body: dict[str, Any], started: float, propagate: bool
-    ) -> tuple[SpanHandle | None, bytes | None]:
+    ) -> tuple[SpanHandle | Root | None, bytes | None]:
         """``started`` for a request no rule cares about, and its line on the way upstream (with this
         span's ``traceparent`` when ``propagate``), in one step; None for the line leaves the edit to
-        the core's general one (``ProxyCore._with_context_line``)."""
+        the core's general one (``ProxyCore._with_context_line``). The token is a handle, or when the
+        observer is lean a root as it was drawn (``Root``), made a span on the span writer's thread."""
+        params = body.get("params")
+        if (
+            self._lean
+            and params.__class__ is dict
+            and (
+                "_meta" not in params
+                or (meta := params["_meta"]).__class__ is not dict
+                or ("traceparent" not in meta and "tracestate" not in meta)
+            )
+        ):
+            # A new trace, the usual case, in as few steps as it takes (this path runs cache-cold after
+            # every wake-up, where each step costs): a root the recorder drew ahead with the bytes of
+            # its traceparent, and the edit; no handle, no start time (the request's own, in the
+            # core's InFlight, serves).
+            try:
+                root = self._roots.pop()
+            except IndexError:  # drawn faster than the writer draws: its own, then
+                assert self._recorder is not None
+                root = self._recorder.new_root()
+            # Not made the current span for log lines, as start_root's are: nothing logs while a lane
+            # carries the request, and its ids would only name it on later lines of other work. A
+            # span that was current is no longer (cheaply: the variable's read is cached).
+            if CURRENT_SPAN.get() is not None:
+                CURRENT_SPAN.set(None)
+            if not propagate or not self._propagates:
+                return root, line
+            upstream = jsonrpc.with_params_meta(line, params, root[2])
+            if upstream is None:
+                upstream = jsonrpc.with_plain_meta_string(line, params, "traceparent", _traceparent(root))
+            return root, upstream
         recorder = self._recorder
         assert recorder is not None
         if self._metrics is not None:
             self._metrics.request_started()
-        params = body.get("params")
         meta = params.get("_meta") if params.__class__ is dict else None
-        if meta.__class__ is not dict or ("traceparent" not in meta and "tracestate" not in meta):
-            span = recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
-        else:
+        span: SpanHandle | Root
+        if meta.__class__ is dict and ("traceparent" in meta or "tracestate" in meta):
             traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
             started_ns = self._clock.unix_ns(started)
             maybe = recorder.start("", _SERVER, traceparent, self._from_client, started_ns, tracestate=tracestate)
             if maybe is None:
                 return None, line  # an unsampled client context: the request crosses as it came
             span = maybe
+        else:
+            span = recorder.start_root("", _SERVER, self._from_client, self._clock.unix_ns(started))
         if not propagate or not self._propagates:
             return span, line
         if self._client_spans:
             return span, None
-        traceparent = f"00-{span.trace_id}-{span.span_id}-{span.flags}"  # its traceparent(), inlined
-        return span, jsonrpc.with_plain_meta_string(line, params, "traceparent", traceparent)
+        return span, jsonrpc.with_plain_meta_string(line, params, "traceparent", span.traceparent())
 
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
         span = pending.tokens[0]
+        if span.__class__ is tuple:  # a lean observer's root as it was drawn: made a span on the writer's thread
+            if span[4]:  # recorded
+                recorder = self._recorder
+                assert recorder is not None
+                recorder.end_root_soon(self._derive_root, (pending, answer, span))
+            return
         metrics = self._metrics
         if span.__class__ is SpanHandle and span.recording:
             recorder = self._recorder
@@ -153,7 +210,8 @@ class TelemetryObserver(ServerObserver):
             self._count(plain_finished(pending, answer), span)
 
     @staticmethod
-    def _plain_ending_of(pending: InFlight, answer: PlainAnswer) -> PlainEnding:
+    def _ending_fields(pending: InFlight, answer: PlainAnswer, root: Root | None = None) -> EndingFields:
+        """A plain request's ``PlainEnding``, as a plain tuple (see ``EndingFields``)."""
         body = pending.body
         method = body["method"]
         request_id = body.get("id")
@@ -162,27 +220,43 @@ class TelemetryObserver(ServerObserver):
             params = body.get("params")
             name = params.get("name") if params.__class__ is dict else None
             target = name if name.__class__ is str else None
-        received, error_code = classify(answer.line, request_id, answer.body)
-        # tuple.__new__ rather than the NamedTuple's own __new__, a Python function of ten arguments:
-        # the same tuple, ~0.3 us sooner on the request's thread.
-        return _new_tuple(
-            PlainEnding,
-            (
-                method,
-                target,
-                request_id,
-                received,
-                error_code,
-                pending.started,
-                answer.now,
-                pending.handled_s + (answer.now - answer.arrived),
-                answer.protocol_version,
-                answer.generation,
-            ),
+        answered = answer.body
+        result = answered.get("result")
+        if result.__class__ is dict and "error" not in answered and answered.get("id") == request_id:
+            # classify's usual answer, without the call: this runs for every traced request.
+            received: Received = "tool_error" if result.get("isError") is True else "response"
+            error_code = None
+        else:
+            received, error_code = classify(answer.line, request_id, answered)
+        return (
+            method,
+            target,
+            request_id,
+            received,
+            error_code,
+            pending.started,
+            answer.now,
+            pending.handled_s + (answer.now - answer.arrived),
+            answer.protocol_version,
+            answer.generation,
+            root,
         )
+
+    def _root_ending(self, item: tuple[InFlight, PlainAnswer, Root]) -> RootEnding:
+        """How a lean observer's plain request ends (``SpanRecorder.end_root_soon``)."""
+        return self._plain_root, self._ending_fields(*item)
+
+    @classmethod
+    def _plain_ending_of(cls, pending: InFlight, answer: PlainAnswer) -> PlainEnding:
+        # tuple.__new__ rather than the NamedTuple's own __new__, a Python function of eleven
+        # arguments: the same tuple, ~0.3 us sooner on the request's thread.
+        return _new_tuple(PlainEnding, cls._ending_fields(pending, answer))
 
     def propagate(self, token: Any, meta: dict[str, Any]) -> bool:
         # Only traceparent changes: the client's tracestate and baggage pass through as they were.
+        if token.__class__ is tuple and self._propagates:  # a root as it was drawn (forward_plain)
+            meta["traceparent"] = _traceparent(token)
+            return True
         if not isinstance(token, SpanHandle) or not self._propagates:
             return False
         if self._client_spans and token.recording:
@@ -194,6 +268,8 @@ class TelemetryObserver(ServerObserver):
         return True
 
     def finished(self, token: Any, outcome: Finished) -> None:
+        if token.__class__ is tuple:  # a root as it was drawn (forward_plain), ended the general way
+            token = root_handle(token, "", _SERVER, self._from_client, self._clock.unix_ns(outcome.started))
         span = token if isinstance(token, SpanHandle) else None
         if self._metrics is not None:
             self._count(outcome, span)
@@ -250,6 +326,16 @@ class TelemetryObserver(ServerObserver):
         self._metrics.observe_request(outcome.call.method, first, duration_s, outcome.added_s, trace_id)
         for applied in outcome.decision.applied:
             self._metrics.fault_injected(applied.type_name, applied.mode, trace_id)
+
+
+def _traceparent(root: Root) -> str:
+    """The W3C ``traceparent`` naming a root as it was drawn (``SpanHandle.traceparent``'s)."""
+    return f"00-{root[0]}-{root[1]}-{root[3]}"
+
+
+def _traceparent_opening(traceparent: str) -> bytes:
+    """How a root drawn ahead keeps its traceparent (``SpanRecorder.keep_root_context``)."""
+    return jsonrpc.params_with_meta("traceparent", traceparent)
 
 
 def fault_label_sets(types: Iterable[Any]) -> tuple[list[str], list[str]]:

@@ -12,6 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import orjson
+from opentelemetry.trace import SpanKind
+
 from mcpfault.faults.base import Call
 from mcpfault.faults.engine import PASS
 from mcpfault.protocol import jsonrpc
@@ -23,14 +26,18 @@ from mcpfault.telemetry.fastspans import (
     EncodedAttributes,
     Event,
     Filled,
+    Root,
     SharedAttributes,
     SpanHandle,
     SpanTemplate,
     encode_attributes,
     json_span,
+    json_string_content,
+    root_handle,
 )
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.names import Received
+from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.tracing import span_name
 
 # On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP
@@ -38,6 +45,7 @@ from mcpfault.telemetry.tracing import span_name
 _CLIENT_MISTAKES = frozenset({jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND, jsonrpc.INVALID_PARAMS})
 
 _MAX_ENDINGS = 4096
+_SERVER = KIND_TO_OTLP[SpanKind.SERVER]
 # Most spans end as a Filled: built with tuple.__new__, not the NamedTuple's Python __new__ (~0.3 us each).
 _new_tuple = tuple.__new__
 
@@ -56,6 +64,17 @@ class PlainEnding(NamedTuple):
     added_s: float
     protocol_version: str | None
     generation: int | None
+    # The span's root as it was drawn (``SpanRecorder.roots``), when it has no handle yet: its
+    # handle, if it needs one, is made on the span writer's thread (``SpanEndings.plain_root``).
+    root: Root | None = None
+
+
+# A PlainEnding's fields in a plain tuple: what a root's span waits for the writer with. The garbage
+# collector stops tracking a plain tuple of plain values (never a NamedTuple's), so the spans queued
+# between two batches are not moved into its older generations, whose collections grow with them.
+EndingFields = tuple[
+    str, str | None, Any, Received, int | None, float, float, float, str | None, int | None, Root | None
+]
 
 
 # More for a request's span from another observer (the side-effect probe): attributes and events.
@@ -109,12 +128,15 @@ class SpanEndings:
         metrics: ProxyMetrics | None,
         from_server: SharedAttributes,
         *,
+        from_client: SharedAttributes | None = None,
         session_id: str | None = None,
         annotate: Annotate | None = None,
     ) -> None:
         self._clock = clock
         self._metrics = metrics
         self._from_server = from_server  # the start attributes of spans of the server's requests
+        # and of the client's: a root drawn ahead gets them on this thread (plain_root)
+        self._from_client = from_client if from_client is not None else SharedAttributes()
         # An HTTP session's id, for the spans of 2025-11-25 traffic only: the conventions forbid
         # mcp.session.id on 2026-07-28 traffic, which has no sessions.
         self._session_id = session_id
@@ -178,6 +200,34 @@ class SpanEndings:
                 self._plain_templates.clear()
             self._plain_templates[plain_key] = template
         return built
+
+    def plain_root(self, fields: EndingFields) -> bytes | Filled:
+        """``plain`` for a span whose root was taken as it was drawn (the observer's ``forward_plain``),
+        from its ending's fields (``EndingFields``, the root last): mostly a template and its slots,
+        no handle made; the first of its kind is built the general way, with the root's handle."""
+        method, target, request_id, received, error_code, started, finished, _, version, generation, root = fields
+        assert root is not None
+        offset_ns = self._clock.offset_ns
+        started_ns = int(started * 1e9) + offset_ns
+        template = None
+        if self._metrics is None:  # with metrics, plain (below) observes them
+            template = self._plain_templates.get(
+                (method, target, received, error_code, version, generation, True, root[3])  # True: a root
+            )
+        if template is not None:  # _slot_values, for a root's handle
+            finished_ns = int(finished * 1e9) + offset_ns
+            request_id = request_id if request_id.__class__ is int else json_string_content(str(request_id))
+            values = (root[0], root[1], None, started_ns, finished_ns, request_id, started_ns, finished_ns)
+            return _new_tuple(Filled, (template, values))
+        handle = root_handle(root, "", _SERVER, self._from_client, started_ns)
+        built = self.plain(handle, _new_tuple(PlainEnding, fields))
+        if isinstance(built, bytes | Filled):
+            return built
+        # An Ending, which a plain request's span is not (its ending has a template): encoded all the same.
+        attributes, events, error, end_ns, name = built
+        if name is not None:
+            handle.name = name
+        return orjson.dumps(json_span(handle, attributes, events, error, end_ns))
 
     def plain_client(self, handle: SpanHandle, ending: PlainEnding) -> Built:
         return self.client_ending(handle, self._finished_of(ending))
@@ -310,9 +360,9 @@ class SpanEndings:
     def _slot_values(
         self, handle: SpanHandle, request_id: Any, started: float, finished: float, delay_s: float
     ) -> tuple[Any, ...]:
-        """What fills a template's slots (``_template``'s numbering), raw: ids and the request id as
-        strings, times as Unix ns, an int request id as it is (``slot_texts`` makes them JSON, in the
-        writer process when there is one)."""
+        """What fills a template's slots (``_template``'s numbering), as ``SpanTemplate.fill`` takes
+        them: ids as strings (hex), times as Unix ns, an int request id as it is, any other as the
+        content of a JSON string (``json_string_content``)."""
         offset_ns = self._clock.offset_ns
         finished_ns = int(finished * 1e9) + offset_ns
         return (
@@ -321,7 +371,7 @@ class SpanEndings:
             handle.parent_span_id,
             handle.start_ns,
             int((finished + delay_s) * 1e9) + offset_ns if delay_s else finished_ns,
-            request_id if request_id.__class__ is int else str(request_id),
+            request_id if request_id.__class__ is int else json_string_content(str(request_id)),
             int(started * 1e9) + offset_ns,
             finished_ns,
         )

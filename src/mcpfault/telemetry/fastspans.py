@@ -54,8 +54,8 @@ from mcpfault.telemetry.span_writer import (
     Record,
     WriterProcess,
     WriterSetup,
+    encode_line,
     proxy_log_settings,
-    slot_texts,
 )
 from mcpfault.telemetry.traceparent import parse_traceparent, valid_tracestate
 
@@ -70,10 +70,13 @@ MAX_QUEUE: Final = 100_000
 BATCH_SPANS: Final = 512
 # The spans a recorder writes itself before it starts its writer process (``writer_process``): a batch.
 PROCESS_AFTER_SPANS: Final = BATCH_SPANS
-ID_POOL: Final = 1024  # ids drawn ahead: a fifth of a second of requests at 5,000 a second
+ID_POOL: Final = 1024  # root spans drawn ahead: a fifth of a second of requests at 5,000 a second
 _SAMPLED_DIGITS: Final = frozenset("13579bdfBDF")
 FLUSH_INTERVAL_S: Final = 0.2
 SHUTDOWN_WAIT_S: Final = 10.0
+# Endings whose fields are read together (end_root_soon): on the relay's thread once this many wait,
+# on the writer's at its next wake for fewer.
+SOON: Final = 8
 YIELD_EVERY: Final = 16  # spans encoded between two GIL releases (~8 us each), while the writer keeps up
 
 Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
@@ -81,15 +84,26 @@ Event = tuple[str, int, dict[str, Any]]  # name, Unix ns, attributes
 Ending = tuple["dict[str, Any] | EncodedAttributes", list[Event], "tuple[str] | None", int, "str | None"]
 
 
+# A root span drawn ahead (``SpanRecorder.roots``), before it has a handle: its trace id, its span id,
+# its W3C ``traceparent`` in the form ``keep_root_context`` asked for, its flags, and whether it is
+# recorded. Plain values only, so the garbage collector stops tracking it (it moved handles into its
+# older generations while their spans waited for the writer). A span whose handle is made on the
+# writer's thread (``end_root_later``, ``end_root_soon``) costs the request's path this tuple. Its
+# first two items are the ids log lines show (``CURRENT_SPAN``).
+Root = tuple[str, str, bytes, str, bool]
+# What a root's ending is queued as (``end_root_later``'s arguments): how to build it, and from what.
+RootEnding = tuple[Callable[[Any], "bytes | Filled"], Any]
+
+
 class Filled(NamedTuple):
-    """A span's JSON as its template and the raw values of its slots (``slot_texts`` makes them JSON):
-    what a writer process fills, so the recorder's thread need not."""
+    """A span's JSON as its template and the values of its slots (``SpanTemplate.fill``): what a
+    writer process fills, so the recorder's thread need not."""
 
     template: SpanTemplate
     values: tuple[Any, ...]
 
     def json(self) -> bytes:
-        return self.template.fill(slot_texts(self.values))
+        return self.template.fill(self.values)
 
 
 # What ``end_later``'s build returns: an Ending, the span's OTLP JSON already encoded, or its template
@@ -107,6 +121,7 @@ class SpanHandle:
         "kind",
         "name",
         "parent_span_id",
+        "recording",
         "span_id",
         "start_ns",
         "trace_id",
@@ -136,14 +151,18 @@ class SpanHandle:
         self.start_ns = start_ns
         # The proxy's leg upstream, as a CLIENT span child of this one, once its context went upstream.
         self.client_span_id: str | None = None
-
-    @property
-    def recording(self) -> bool:
-        return self.flags[-1] in _SAMPLED_DIGITS  # the low bit of the flags' last hex digit
+        # Whether the sampler keeps the span: the low bit of the flags' last hex digit. An attribute,
+        # not a property: it is read once or twice per request, and the flags never change.
+        self.recording = flags[-1] in _SAMPLED_DIGITS
 
     def traceparent(self) -> str:
         """The W3C ``traceparent`` naming this span as the parent."""
         return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+
+def root_handle(root: Root, name: str, kind: int, attributes: dict[str, Any], start_unix_ns: int) -> SpanHandle:
+    """The handle of a root drawn ahead (``SpanRecorder.roots``), started as given; ``kind`` is OTLP's."""
+    return SpanHandle(root[0], root[1], None, root[3], None, name, kind, attributes, start_unix_ns)
 
 
 class SpanRecorder:
@@ -166,9 +185,13 @@ class SpanRecorder:
         max_queue: int = MAX_QUEUE,
         writer_process: bool = False,
         process_after: int = PROCESS_AFTER_SPANS,
+        soon: int = SOON,
     ) -> None:
         self._random = random.Random(os.urandom(32))
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        # What end_root_soon keeps until ``soon`` of them wait (or the writer's next wake).
+        self._soon: collections.deque[tuple[Callable[[Any], RootEnding], Any]] = collections.deque()
+        self._soon_count = soon
         self._max_queue = max_queue
         self.dropped = 0
         self._warned = False
@@ -184,9 +207,13 @@ class SpanRecorder:
         self._ratio_bound = sampler.ratio_bound
         # A root span's flags when they do not depend on its trace id (always on, always off).
         self._root_flags = {"on": "01", "off": "00"}.get(self._root)
-        # Ids drawn ahead by the writer thread, so a request does not pay for its own (start_root).
-        self._ids: list[tuple[str, str]] = []
-        self._draw_ids()
+        # Root spans drawn ahead by the writer thread, so a request does not pay for its ids or its
+        # traceparent's text (start_root). A caller on the hot path may pop from this very list
+        # (TelemetryObserver.forward_plain): it is refilled in place, never replaced. Each keeps its
+        # traceparent in the form its taker writes (``keep_root_context``), by default its ASCII bytes.
+        self._root_context: Callable[[str], bytes] | None = None
+        self.roots: list[Root] = []
+        self._draw_roots()
         export = settings.export
         self._url = export.url if export is not None else None
         self._json = export is not None and export.protocol == "http/json"
@@ -203,6 +230,7 @@ class SpanRecorder:
         request = {"resourceSpans": [{**resource_entry, "scopeSpans": [{"scope": scope, "spans": [_SPANS_SLOT]}]}]}
         before, after = orjson.dumps(request).split(orjson.dumps(_SPANS_SLOT))
         self._envelope = (before, after + b"\n")  # the request's JSON before and after its spans
+        self._text_envelope = (before.decode(), (after + b"\n").decode())  # the same, for encode_line
         # Opened here, in the proxy, even when a writer process writes: a path that cannot be written
         # is refused at start-up, and the thread writes there itself should the process fail.
         spans_lines = SpanLinesFile(spans_file) if spans_file is not None else None
@@ -281,26 +309,48 @@ class SpanRecorder:
 
     def start_root(self, name: str, kind: int, attributes: dict[str, Any], start_unix_ns: int) -> SpanHandle:
         """``start`` for a request that carries no ``traceparent`` (the usual case), in fewer steps:
-        the ids come from those the writer drew ahead (``_draw_ids``); ``kind`` is OTLP's."""
+        the ids come from a root the writer drew ahead (``roots``); ``kind`` is OTLP's."""
         try:
-            trace_id, span_id = self._ids.pop()
+            root = self.roots.pop()
         except IndexError:
-            trace_id, span_id = self.new_trace_id(), self.new_span_id()
+            root = self.new_root()
+        CURRENT_SPAN.set(root)
+        return root_handle(root, name, kind, attributes, start_unix_ns)
+
+    def new_root(self) -> Root:
+        """A root span of a new trace as ``roots`` holds them, flagged sampled or not by the sampler."""
+        return self._root_span(self.new_trace_id(), self.new_span_id())
+
+    def keep_root_context(self, context: Callable[[str], bytes]) -> None:
+        """Keep each root's traceparent in ``roots`` as ``context`` makes it, from now on: the form its
+        taker writes (the proxy: the bytes it splices into a request), made off the request's path.
+        The roots drawn already are drawn again. Meant for a recorder's set-up: a taker must not
+        rely on the form while another may change it."""
+        if context is self._root_context:
+            return
+        self._root_context = context
+        self.roots[:] = [self._root_span(root[0], root[1]) for root in self.roots]
+
+    def _root_span(self, trace_id: str, span_id: str) -> Root:
         flags = self._root_flags
         if flags is None:
             flags = "01" if self._in_ratio(trace_id) else "00"
-        CURRENT_SPAN.set((trace_id, span_id))
-        return SpanHandle(trace_id, span_id, None, flags, None, name, kind, attributes, start_unix_ns)
+        traceparent = f"00-{trace_id}-{span_id}-{flags}"
+        context = self._root_context(traceparent) if self._root_context is not None else traceparent.encode()
+        return trace_id, span_id, context, flags, flags[-1] in _SAMPLED_DIGITS
 
-    def _draw_ids(self) -> None:
-        """Fill the pool of ids ``start_root`` takes from (on the writer thread, between batches)."""
-        missing = ID_POOL - len(self._ids)
+    def _draw_roots(self) -> None:
+        """Fill the pool ``start_root`` takes from (on the writer thread, between batches)."""
+        missing = ID_POOL - len(self.roots)
         if missing <= 0:
             return
         getrandbits = self._random.getrandbits
         drawn = [f"{getrandbits(192):048x}" for _ in range(missing)]
         # An id of zeros is invalid (one in 2**64): such a draw is left out.
-        self._ids.extend((ids[:32], ids[32:]) for ids in drawn if ids[:32] != _ZERO_TRACE and ids[32:] != _ZERO_SPAN)
+        root = self._root_span
+        self.roots.extend(
+            [root(ids[:32], ids[32:]) for ids in drawn if ids[:32] != _ZERO_TRACE and ids[32:] != _ZERO_SPAN]
+        )
 
     def _in_ratio(self, trace_id: str) -> bool:
         # The SDK's TraceIdRatioBased rule: the trace id's lower 64 bits below ratio * 2**64.
@@ -342,6 +392,42 @@ class SpanRecorder:
         recording, or dropped on a full queue (then ``build`` never runs)."""
         return handle.recording and self._enqueue((handle, build, argument))
 
+    def end_root_later(self, build: Callable[[Any], bytes | Filled], argument: Any) -> bool:
+        """``end_later`` for a span that has no handle yet, a root taken from ``roots`` as it was
+        drawn: ``build(argument)`` makes the whole span, its JSON or a ``Filled``, on the writer
+        thread. The caller has checked that the root is recorded. False when the queue is full and
+        the span is dropped (then ``build`` never runs)."""
+        return self._enqueue((build, argument))
+
+    def end_root_soon(self, derive: Callable[[Any], RootEnding], item: Any) -> None:
+        """``end_root_later(*derive(item))``, for ``soon`` spans at a time (the constructor's): on this
+        thread once that many wait, on the writer's at its next wake for fewer, so a span is queued
+        as soon as ``end_root_later`` would be, give or take that wake. The endings' fields are then
+        read in one loop, warm, rather than cold after every answer. ``item`` may hold a parsed
+        request and its answer: a few requests' worth at a time, never a batch's (held that long,
+        they reached the garbage collector's oldest generation, whose full collections took ~20 ms)."""
+        soon = self._soon
+        soon.append((derive, item))
+        if len(soon) >= self._soon_count:
+            self._derive_soon()
+        elif self._thread is None:
+            self._start_writer()
+
+    def _derive_soon(self) -> None:
+        """What end_root_soon keeps, queued (from either thread: each item is taken once)."""
+        soon = self._soon
+        while soon:
+            try:
+                derive, item = soon.popleft()
+            except IndexError:  # the other thread took the last one meanwhile
+                return
+            try:
+                build, argument = derive(item)
+            except Exception:  # lose the span, not the others
+                _log.exception("could not make a span's ending")
+                continue
+            self._enqueue((build, argument))
+
     # -- the writer ------------------------------------------------------------------------------
 
     def _start_writer(self) -> None:
@@ -355,11 +441,15 @@ class SpanRecorder:
             self._wake.wait(FLUSH_INTERVAL_S)
             self._wake.clear()
             stopping = self._stopping
+            self._derive_soon()
             while self._queue:
                 self._flush_batch()
+                # Between batches too: with a backlog (a pipelined burst) the requests empty the pool
+                # faster than the queue drains, and a request then draws its own ids.
+                self._draw_roots()
                 if not stopping and len(self._queue) < BATCH_SPANS:
                     break
-            self._draw_ids()
+            self._draw_roots()
             if stopping and not self._queue:
                 return
 
@@ -426,9 +516,8 @@ class SpanRecorder:
         self._sink.write(line, len(records))
 
     def _line(self, records: list[bytes | Filled]) -> bytes:
-        head, tail = self._envelope
-        spans = [record if record.__class__ is bytes else record.json() for record in records]  # type: ignore[union-attr]
-        return head + b",".join(spans) + tail
+        head, tail = self._text_envelope
+        return encode_line(head, tail, records)
 
     def otlp_json_line(self, batch: list[tuple[Any, ...]]) -> bytes:
         """One ``ExportTraceServiceRequest`` in OTLP JSON, newline included, as ``OtlpJsonLinesExporter``
@@ -441,7 +530,14 @@ class SpanRecorder:
         dumps = orjson.dumps
         spans: list[bytes | Filled] = []
         for index, item in enumerate(batch, 1):
-            if len(item) == 3:  # from end_later
+            if len(item) == 2:  # from end_root_later
+                build_root, argument = item
+                try:
+                    spans.append(build_root(argument))
+                except Exception:  # lose the span, not the batch
+                    _log.exception("could not build a span")
+                    continue
+            elif len(item) == 3:  # from end_later
                 handle, build, argument = item
                 try:
                     ending = build(handle, argument)
@@ -471,6 +567,8 @@ class SpanRecorder:
         with self._start_lock:
             self._stopping = True
             thread = self._thread
+        if thread is None:
+            self._derive_soon()
         if thread is None and self._queue:  # spans queued but no writer: flush here
             while self._queue:
                 self._flush_batch()
@@ -500,9 +598,11 @@ _SPANS_SLOT: Final = "@mcpfault:spans@"
 class SpanTemplate:
     """The OTLP JSON of spans that differ only in ids, times and the request id, encoded once.
 
-    Made from one span's JSON object in which each varying value is a ``slot(n)`` string; ``fill``
-    puts each span's values (already JSON: quoted ids, quoted nanoseconds, an encoded string) where
-    the slots were. Encoding a span this way costs a join instead of building and dumping its objects.
+    Made from one span's JSON object in which each varying value is a ``slot(n)`` string, so a JSON
+    string whose quotes the template keeps; ``fill`` puts each span's values there as text (``str``
+    of each: a decimal for an int, as OTLP JSON writes nanoseconds; a string as it is, which must be
+    JSON string content already, ``json_string_content``). Encoding a span this way costs a join
+    instead of building and dumping its objects.
     """
 
     __slots__ = ("_blank", "_pick", "_slots", "number")
@@ -512,11 +612,14 @@ class SpanTemplate:
 
     def __init__(self, span: dict[str, Any]) -> None:
         pieces = self._SLOT.split(orjson.dumps(span).decode())
+        texts = pieces[0::2]
+        # Each slot's quotes stay in the text around it, so a value goes in as it is (str() of it).
+        texts = [texts[0] + '"', *['"' + text + '"' for text in texts[1:-1]], '"' + texts[-1]]
         # The JSON's pieces with a gap between each two, where a span's values go in the order the
         # slots appear: one slice assignment and a join, all in C (measured: 1.1 us a span against
         # 1.6 for a loop of appends and 7.8 for str.format, which parses its format on every call).
         slots = tuple(int(number) for number in pieces[1::2])
-        self._set(next(self._NUMBERS), [piece for text in pieces[0::2] for piece in (text, "")][:-1], slots)
+        self._set(next(self._NUMBERS), [piece for text in texts for piece in (text, "")][:-1], slots)
 
     def _set(self, number: int, blank: list[str], slots: tuple[int, ...]) -> None:
         assert len(slots) > 1, "itemgetter of one index gives a value, not a tuple: a span has more slots"
@@ -539,11 +642,21 @@ class SpanTemplate:
     def slot(number: int) -> str:
         return f"@mcpfault:slot:{number}@"
 
-    def fill(self, values: tuple[str, ...]) -> bytes:
-        """The span's JSON, with ``values[n]`` (JSON text) where ``slot(n)`` was."""
+    def parts(self, values: tuple[Any, ...]) -> list[str]:
+        """The span's JSON in pieces, ``str(values[n])`` where ``slot(n)`` was: to be joined."""
         out = self._blank.copy()
-        out[1::2] = self._pick(values)
-        return "".join(out).encode()
+        out[1::2] = map(str, self._pick(values))
+        return out
+
+    def fill(self, values: tuple[Any, ...]) -> bytes:
+        """The span's JSON, ``str(values[n])`` where ``slot(n)`` was."""
+        return "".join(self.parts(values)).encode()
+
+
+def json_string_content(text: str) -> str:
+    """``text`` as it goes between a JSON string's quotes (escaped as orjson escapes it): how a slot
+    takes a string that may need escaping (``SpanTemplate``), such as a client's request id."""
+    return orjson.dumps(text).decode()[1:-1]
 
 
 def json_span(

