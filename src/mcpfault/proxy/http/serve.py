@@ -50,6 +50,7 @@ from mcpfault.proxy.http.exchange import (
     relayed_headers,
     write_event,
 )
+from mcpfault.proxy.http.fast import FastPath
 from mcpfault.proxy.http.process import HttpServerProcess
 from mcpfault.proxy.http.sessions import Sessions
 from mcpfault.proxy.http.stdio import SESSION_HEADER, StdioServerBridge
@@ -144,7 +145,19 @@ class HttpProxy:
                 max_connections=self._limits.max_connections,
                 connect_timeout_s=self._limits.connect_timeout_s,
             )
-        self._server = web.HttpServer(self._dispatch, max_body_bytes=self._limits.max_body_bytes)
+        # The fast path needs an upstream it only has to reach: not a server the proxy started and supervises.
+        fast = None
+        if self._pool is not None and self._process is None:
+            fast = FastPath(
+                self,
+                self._pool,
+                mcp_path=self._mcp_path,
+                upstream_target=self._upstream.raw_path_qs,
+                limits=self._limits,
+                token=self._token,
+                is_lost=self._sessions.is_lost,
+            )
+        self._server = web.HttpServer(self._dispatch, max_body_bytes=self._limits.max_body_bytes, fast=fast)
         try:
             port = await self._server.listen(listen.host, listen.port)
         except OSError as exc:

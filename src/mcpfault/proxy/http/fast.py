@@ -1,0 +1,266 @@
+"""The HTTP proxy's fast path: a POST nothing can happen to, and its JSON answer, carried by callbacks.
+
+Most POSTs are a request no rule cares about, answered with a 200 and a JSON body. For those the
+general path (serve.py) costs a task, a chain of coroutines, header multidicts and three parses of
+the body: more than the rest of the proxy's work. Here the request is offered as httptools parsed it
+(the server's ``FastHandler``); when the core's lane takes it (``ProxyCore.lane_from_client``: the
+core's one test of "nothing can happen to this request") it is sent at once on an idle pooled
+connection, and the upstream connection's callbacks (``AnswerWatcher``) write the answer to the
+client, through the lane, or through ``ProxyCore.from_server`` when the lane leaves it.
+
+Everything else goes to the general path, from the point it had reached: a request the lane leaves
+(or one the proxy's own tools/list must come before), no idle connection, an answer that is not a
+200 with a JSON body, one that breaks off or is large, a decision that is more than the answer as it
+came. So what the client gets, and the events, spans and metrics, are the general path's.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple, Protocol
+
+from mcpfault.proxy.core import Emit, ProxyCore, To
+from mcpfault.proxy.http import server as web
+from mcpfault.proxy.http.exchange import (
+    IDENTITY,
+    NOT_FORWARDED,
+    TOKEN_HEADER,
+    Exchange,
+    Limits,
+    json_answer,
+    relayed_headers,
+    request_id_of,
+)
+from mcpfault.proxy.http.stdio import SESSION_HEADER
+from mcpfault.proxy.http.upstream import UpstreamPool, UpstreamResponse
+
+_NOT_FORWARDED = frozenset(name.encode("latin-1") for name in NOT_FORWARDED)
+_TOKEN = TOKEN_HEADER.lower().encode("latin-1")
+_SESSION = SESSION_HEADER.lower().encode("latin-1")
+_VERSION = b"mcp-protocol-version"
+_IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
+
+
+class GeneralPath(Protocol):
+    """What the fast path shares with the general path (``HttpProxy``, serve.py) and hands requests to."""
+
+    def core_for(self, session_id: str | None, protocol_version: str | None) -> ProxyCore: ...
+
+    def decide(
+        self, request: web.Request, body: bytes, session_id: str | None, core: ProxyCore, listing: bytes | None = None
+    ) -> Awaitable[web.StreamResponse]: ...
+
+    def carry_out(
+        self, exchange: Exchange, upstream: Emit | None, to_client: list[Emit], sent: UpstreamResponse | None = None
+    ) -> Awaitable[web.StreamResponse]: ...
+
+    def deliver(
+        self, exchange: Exchange, emits: list[Emit], status: int, headers: Mapping[str, str]
+    ) -> Awaitable[web.StreamResponse]: ...
+
+    def guarded(self, request: web.Request, work: Awaitable[web.StreamResponse]) -> Awaitable[web.StreamResponse]: ...
+
+    def answer_arrived(
+        self, session_id: str | None, core: ProxyCore, status: int, headers: Mapping[str, str]
+    ) -> None: ...
+
+
+class ForwardedHead(NamedTuple):
+    """What the fast path reads of a request's headers."""
+
+    block: bytes  # the forwarded headers, each "Name: value\r\n" as the client wrote it, then IDENTITY
+    session_id: str | None
+    protocol_version: str | None
+    token: bytes | None
+
+
+def forwarded_head(headers: web.RawHeaders) -> ForwardedHead:
+    """The headers a request is forwarded with, as ``serve._forwarded`` makes them, and those the proxy
+    reads (the first of each, as a multidict's ``get`` gives it)."""
+    parts = []
+    session_id = protocol_version = token = None
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _NOT_FORWARDED:
+            if lower == _TOKEN and token is None:
+                token = value
+            continue
+        if lower == _SESSION:
+            if session_id is None:
+                session_id = value.decode("latin-1")
+        elif lower == _VERSION and protocol_version is None:
+            protocol_version = value.decode("latin-1")
+        parts.append(name + b": " + value + b"\r\n")
+    parts.append(_IDENTITY)
+    return ForwardedHead(b"".join(parts), session_id, protocol_version, token)
+
+
+class FastPath:
+    """The ``FastHandler`` of an HTTP proxy in front of a server it reaches over ``pool``."""
+
+    def __init__(
+        self,
+        general: GeneralPath,
+        pool: UpstreamPool,
+        *,
+        mcp_path: str,
+        upstream_target: str,
+        limits: Limits,
+        token: bytes | None,
+        is_lost: Callable[[str], bool],
+    ) -> None:
+        self.general = general
+        self.pool = pool
+        self.limits = limits
+        self._target = mcp_path.encode("latin-1")
+        self._request_head = pool.request_head("POST", upstream_target)
+        self._token = token
+        self._is_lost = is_lost
+
+    def __call__(  # noqa: PLR0917 - the server's FastHandler, called once per request positionally
+        self,
+        connection: web.Connection,
+        method: bytes,
+        target: bytes,
+        headers: web.RawHeaders,
+        body: bytes,
+        keep_alive: bool,
+    ) -> bool:
+        if method != b"POST" or target != self._target:
+            return False
+        head = forwarded_head(headers)
+        # Compared as the general path compares it (a str from a latin-1 header, in UTF-8); it answers 401.
+        if self._token is not None and not hmac.compare_digest(
+            (head.token or b"").decode("latin-1").encode(), self._token
+        ):
+            return False
+        session_id = head.session_id
+        if session_id and self._is_lost(session_id):
+            return False
+        core = self.general.core_for(session_id, head.protocol_version)
+        post = FastPost(self, connection, core, session_id, target, headers, body, keep_alive)
+        listing = core.listing_due(body)
+        if listing is not None:  # started: the general path sends it, then decides the request
+            post.decide(listing)
+            return True
+        line = core.lane_from_client(body)
+        if line is None:
+            post.decide(None)
+            return True
+        post.line = line
+        request = b"%b%bContent-Length: %d\r\n\r\n%b" % (self._request_head, head.block, len(line), line)
+        response = self.pool.send_idle(request, "POST", post)
+        if response is None:
+            post.carry_out(None)  # the general path connects
+            return True
+        post.response = response
+        connection.taken(post)
+        return True
+
+
+class FastPost:
+    """One POST the fast path took: the ``Handling`` of its connection, the ``AnswerWatcher`` of its answer."""
+
+    __slots__ = (
+        "_body",
+        "_connection",
+        "_core",
+        "_headers",
+        "_keep_alive",
+        "_path",
+        "_session_id",
+        "_target",
+        "line",
+        "response",
+    )
+
+    def __init__(  # noqa: PLR0917 - built once per request on the hot path, positionally
+        self,
+        path: FastPath,
+        connection: web.Connection,
+        core: ProxyCore,
+        session_id: str | None,
+        target: bytes,
+        headers: web.RawHeaders,
+        body: bytes,
+        keep_alive: bool,
+    ) -> None:
+        self._path = path
+        self._connection = connection
+        self._core = core
+        self._session_id = session_id
+        self._target = target
+        self._headers = headers
+        self._body = body
+        self._keep_alive = keep_alive
+        self.line = b""  # what went upstream
+        self.response: UpstreamResponse | None = None
+
+    # -- the answer, as it arrives (AnswerWatcher) --------------------------------------------------
+
+    def head(self, response: UpstreamResponse) -> None:
+        if response.status != 200 or not response.headers.get("Content-Type", "").lower().startswith(
+            "application/json"
+        ):
+            self.carry_out(response)  # relayed as it came, or an SSE stream: the general path reads it
+
+    def end(self, response: UpstreamResponse) -> None:
+        if not response.complete or response.buffered > self._path.limits.max_response_bytes:
+            self.carry_out(response)  # broke off, or large: the general path reads, or refuses, the rest
+            return
+        data = response.take_body()
+        response.release()
+        core = self._core
+        self._path.general.answer_arrived(self._session_id, core, 200, response.headers)
+        line = core.lane_from_server(data)
+        if line is None:
+            emits = [e for e in core.from_server(data) if e.to is To.CLIENT]
+            if len(emits) != 1 or emits[0].delay_s:
+                self.deliver(emits, response)
+                return
+            line = emits[0].data
+        self._connection.answer(json_answer(200, relayed_headers(response.headers), line), self._keep_alive)
+        core.end_passed()  # the spans of answers the lane let through end once the client has them
+
+    # -- the client leaving (Handling) --------------------------------------------------------------
+
+    def client_gone(self) -> None:
+        """As the general path's task, cancelled: the upstream request is closed (which is how the server
+        learns of it) and the request ends as cancelled."""
+        if self.response is not None:
+            self.response.watcher = None
+            self.response.close()
+        request_id = request_id_of(self._body)
+        core = self._core
+        core.end(request_id, "cancelled")
+        if self._session_id is None and core.in_flight:
+            core.end(request_id, "nothing")
+
+    # -- to the general path ------------------------------------------------------------------------
+
+    def decide(self, listing: bytes | None) -> None:
+        """Before the core decided: the general path decides (after the proxy's own tools/list, when due)."""
+        general, body, session_id, core = self._path.general, self._body, self._session_id, self._core
+        self._hand_off(lambda request: general.decide(request, body, session_id, core, listing))
+
+    def carry_out(self, sent: UpstreamResponse | None) -> None:
+        """After the lane took the request: the general path sends it (``sent`` None) or reads its answer."""
+        if sent is not None:
+            sent.watcher = None
+        general, line = self._path.general, self.line
+        self._hand_off(lambda request: general.carry_out(self._exchange(request), Emit(To.SERVER, line), [], sent))
+
+    def deliver(self, emits: list[Emit], response: UpstreamResponse) -> None:
+        """After the core made more of the answer than the answer as it came: the general path delivers it."""
+        general, status, headers = self._path.general, response.status, response.headers
+        self._hand_off(lambda request: general.deliver(self._exchange(request), emits, status, headers))
+
+    def _exchange(self, request: web.Request) -> Exchange:
+        return Exchange(request, self._core, self._body, self._session_id, self._path.limits)
+
+    def _hand_off(self, work: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+        connection = self._connection
+        request = connection.request_of(b"POST", self._target, self._headers, self._body)
+        general = self._path.general
+        connection.hand_off(request, self._keep_alive, lambda request: general.guarded(request, work(request)))
