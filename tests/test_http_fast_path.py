@@ -293,13 +293,18 @@ async def through(run: Run, steps: list[bytes | list[bytes]], *, events: bool = 
 def count_taken(monkeypatch: pytest.MonkeyPatch) -> Callable[[Run], None]:
     """Counts, per run, the answers the fast path wrote itself."""
     runs: list[Run] = []
-    answer = web.Connection.answer
+    answer, answer_encoded = web.Connection.answer, web.Connection.answer_encoded
 
     def counted(connection: web.Connection, response: web.Response, keep_alive: bool) -> None:
         runs[-1].taken += 1
         answer(connection, response, keep_alive)
 
+    def counted_encoded(connection: web.Connection, data: bytes) -> None:
+        runs[-1].taken += 1
+        answer_encoded(connection, data)
+
     monkeypatch.setattr(web.Connection, "answer", counted)
+    monkeypatch.setattr(web.Connection, "answer_encoded", counted_encoded)
     return runs.append
 
 

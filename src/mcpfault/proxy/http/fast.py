@@ -40,6 +40,8 @@ _TOKEN = TOKEN_HEADER.lower().encode("latin-1")
 _SESSION = SESSION_HEADER.lower().encode("latin-1")
 _VERSION = b"mcp-protocol-version"
 _IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
+_PER_ANSWER = frozenset({b"date", b"content-length"})  # what varies from one answer of a server to the next
+_MAX_ANSWER_HEADS = 64
 
 
 class GeneralPath(Protocol):
@@ -61,9 +63,7 @@ class GeneralPath(Protocol):
 
     def guarded(self, request: web.Request, work: Awaitable[web.StreamResponse]) -> Awaitable[web.StreamResponse]: ...
 
-    def answer_arrived(
-        self, session_id: str | None, core: ProxyCore, status: int, headers: Mapping[str, str]
-    ) -> None: ...
+    def answer_arrived(self, session_id: str | None, core: ProxyCore, status: int, new_session: str | None) -> None: ...
 
 
 class ForwardedHead(NamedTuple):
@@ -96,6 +96,20 @@ def forwarded_head(headers: web.RawHeaders) -> ForwardedHead:
     return ForwardedHead(b"".join(parts), session_id, protocol_version, token)
 
 
+class AnswerHead(NamedTuple):
+    """What the fast path reads of a 200 answer's headers, and makes of them."""
+
+    json: bool  # a JSON body: the fast path may answer it
+    session_id: str | None  # its Mcp-Session-Id (``GeneralPath.answer_arrived``)
+    block: bytes  # the client's header lines, as ``json_answer`` makes them (``Response.header_block``)
+
+
+def answer_head(headers: Mapping[str, str]) -> AnswerHead:
+    """``AnswerHead`` of a 200 answer with these headers, made the general path's way."""
+    json = headers.get("Content-Type", "").lower().startswith("application/json")
+    return AnswerHead(json, headers.get(SESSION_HEADER), json_answer(200, relayed_headers(headers), b"").header_block())
+
+
 class FastPath:
     """The ``FastHandler`` of an HTTP proxy in front of a server it reaches over ``pool``."""
 
@@ -117,6 +131,9 @@ class FastPath:
         self._request_head = pool.request_head("POST", upstream_target)
         self._token = token
         self._is_lost = is_lost
+        # A server sends most answers with the same headers but for Date and Content-Length: what they
+        # make is kept, by the rest (bounded: a server may send something new in every answer).
+        self._answer_heads: dict[tuple[tuple[bytes, bytes], ...], AnswerHead] = {}
 
     def __call__(  # noqa: PLR0917 - the server's FastHandler, called once per request positionally
         self,
@@ -158,6 +175,16 @@ class FastPath:
         connection.taken(post)
         return True
 
+    def answer_head(self, response: UpstreamResponse) -> AnswerHead:
+        key = tuple([header for header in response.raw_headers if header[0].lower() not in _PER_ANSWER])
+        head = self._answer_heads.get(key)
+        if head is None:
+            head = answer_head(response.headers)
+            if len(self._answer_heads) >= _MAX_ANSWER_HEADS:
+                self._answer_heads.clear()
+            self._answer_heads[key] = head
+        return head
+
 
 class FastPost:
     """One POST the fast path took: the ``Handling`` of its connection, the ``AnswerWatcher`` of its answer."""
@@ -171,6 +198,7 @@ class FastPost:
         "_path",
         "_session_id",
         "_target",
+        "answer_head",
         "line",
         "response",
     )
@@ -196,23 +224,26 @@ class FastPost:
         self._keep_alive = keep_alive
         self.line = b""  # what went upstream
         self.response: UpstreamResponse | None = None
+        self.answer_head: AnswerHead | None = None
 
     # -- the answer, as it arrives (AnswerWatcher) --------------------------------------------------
 
     def head(self, response: UpstreamResponse) -> None:
-        if response.status != 200 or not response.headers.get("Content-Type", "").lower().startswith(
-            "application/json"
-        ):
-            self.carry_out(response)  # relayed as it came, or an SSE stream: the general path reads it
+        if response.status == 200:
+            self.answer_head = self._path.answer_head(response)
+            if self.answer_head.json:
+                return
+        self.carry_out(response)  # relayed as it came, or an SSE stream: the general path reads it
 
     def end(self, response: UpstreamResponse) -> None:
-        if not response.complete or response.buffered > self._path.limits.max_response_bytes:
+        head = self.answer_head
+        if head is None or not response.complete or response.buffered > self._path.limits.max_response_bytes:
             self.carry_out(response)  # broke off, or large: the general path reads, or refuses, the rest
             return
         data = response.take_body()
         response.release()
         core = self._core
-        self._path.general.answer_arrived(self._session_id, core, 200, response.headers)
+        self._path.general.answer_arrived(self._session_id, core, 200, head.session_id)
         line = core.lane_from_server(data)
         if line is None:
             emits = [e for e in core.from_server(data) if e.to is To.CLIENT]
@@ -220,7 +251,11 @@ class FastPost:
                 self.deliver(emits, response)
                 return
             line = emits[0].data
-        self._connection.answer(json_answer(200, relayed_headers(response.headers), line), self._keep_alive)
+        if self._keep_alive:
+            answer = web.head_bytes(200, head.block, b"Content-Length: %d\r\n" % len(line))
+            self._connection.answer_encoded(answer + line)
+        else:
+            self._connection.answer(json_answer(200, relayed_headers(response.headers), line), False)
         core.end_passed()  # the spans of answers the lane let through end once the client has them
 
     # -- the client leaving (Handling) --------------------------------------------------------------

@@ -428,7 +428,7 @@ class HttpProxy:
         self, exchange: Exchange, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
     ) -> web.StreamResponse:
         core, status = exchange.core, answer.status
-        self.answer_arrived(exchange.session_id, core, status, answer.headers)
+        self.answer_arrived(exchange.session_id, core, status, answer.headers.get(SESSION_HEADER))
         content_type = answer.headers.get("Content-Type", "").lower()
         if status >= 300 or (status != 200 and exchange.request_id is None):
             # Not an answer to judge (202 for a notification, a 4xx or 5xx): relayed as it came.
@@ -452,10 +452,9 @@ class HttpProxy:
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
 
-    def answer_arrived(self, session_id: str | None, core: ProxyCore, status: int, headers: Mapping[str, str]) -> None:
-        """What the head of the upstream's answer to a POST tells the sessions: one it opens (an initialize's
-        answer), one the server no longer knows (404), and the era."""
-        new_session = headers.get(SESSION_HEADER)
+    def answer_arrived(self, session_id: str | None, core: ProxyCore, status: int, new_session: str | None) -> None:
+        """What the head of the upstream's answer to a POST tells the sessions: one it opens (``new_session``,
+        its Mcp-Session-Id, on an initialize's answer), one the server no longer knows (404), and the era."""
         if session_id is None and new_session and status < 300:
             self._sessions.session(new_session, era=core.era)
         if session_id is not None and status == 404:

@@ -69,28 +69,34 @@ class Request:
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
-def _status_line(status: int) -> str:
+def _status_line(status: int) -> bytes:
     line = _STATUS_LINES.get(status)
     if line is None:
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:
             reason = "Unknown"
-        line = f"HTTP/1.1 {status} {reason}\r\n"
+        line = f"HTTP/1.1 {status} {reason}\r\n".encode("latin-1")
         if 100 <= status <= 999:  # bounded: the statuses HTTP can carry
             _STATUS_LINES[status] = line
     return line
 
 
-_STATUS_LINES: dict[int, str] = {}
+_STATUS_LINES: dict[int, bytes] = {}
+
+
+def header_block(headers: Iterable[tuple[str, str]]) -> bytes:
+    """Header lines, as a response's head carries them."""
+    return "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
+
+
+def head_bytes(status: int, block: bytes, extra: bytes) -> bytes:
+    """A response's head: its status line, Date, ``block`` (``header_block``), ``extra`` and the blank line."""
+    return b"%b%b%b%b\r\n" % (_status_line(status), _date(), block, extra)
 
 
 def _head(status: int, headers: Iterable[tuple[str, str]], extra: str) -> bytes:
-    lines = [f"{_status_line(status)}Date: {_date()}\r\n"]
-    lines.extend([f"{name}: {value}\r\n" for name, value in headers])
-    lines.append(extra)
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
+    return head_bytes(status, header_block(headers), extra.encode("latin-1"))
 
 
 class StreamResponse:
@@ -144,9 +150,13 @@ class Response(StreamResponse):
             self.headers["Content-Type"] = content_type
         self.body = body
 
+    def header_block(self) -> bytes:
+        """Its headers as its head carries them (its framing is the server's own)."""
+        kept = [(k, v) for k, v in self.headers.items() if k.lower() not in ("content-length", "transfer-encoding")]
+        return header_block(kept)
+
     def encode(self, head_only: bool) -> bytes:
-        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in ("content-length", "transfer-encoding")]
-        head = _head(self.status, headers, f"Content-Length: {len(self.body)}\r\n")
+        head = head_bytes(self.status, self.header_block(), b"Content-Length: %d\r\n" % len(self.body))
         return head if head_only else head + self.body
 
 
@@ -347,6 +357,11 @@ class Connection(asyncio.Protocol):
         self._write_response(response, keep_alive, head_only=False)
         self._finished(keep_alive)
 
+    def answer_encoded(self, data: bytes) -> None:
+        """As ``answer``, on a kept-alive connection, for an answer already encoded whole."""
+        self.write(data)
+        self._finished(True)
+
     def _write_response(self, response: Response, keep_alive: bool, *, head_only: bool) -> None:
         if not keep_alive:
             response.headers["Connection"] = "close"
@@ -506,16 +521,16 @@ class HttpServer:
 
 
 class _DateHeader:
-    """The Date header, formatted once a second."""
+    """The Date header's line, formatted once a second."""
 
     def __init__(self) -> None:
-        self._second, self._text = 0, ""
+        self._second, self._line = 0, b""
 
-    def __call__(self) -> str:
+    def __call__(self) -> bytes:
         now = int(time.time())
         if now != self._second:
-            self._second, self._text = now, formatdate(now, usegmt=True)
-        return self._text
+            self._second, self._line = now, f"Date: {formatdate(now, usegmt=True)}\r\n".encode("latin-1")
+        return self._line
 
 
 _date = _DateHeader()

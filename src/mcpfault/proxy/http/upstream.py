@@ -59,7 +59,8 @@ class UpstreamResponse:
         self, connection: _UpstreamConnection, method: str, request: bytes, watcher: AnswerWatcher | None = None
     ) -> None:
         self.status = 0  # until the head arrives (HTTP has no status 0)
-        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came, until someone reads ``headers``
+        self._headers_read: CIMultiDict[str] | None = None
         self.content = self
         self.watcher = watcher
         self._connection = connection
@@ -71,6 +72,13 @@ class UpstreamResponse:
         self._headers_ready: asyncio.Future[None] | None = None  # made when someone waits for the head
         self._complete = False
         self._error: BaseException | None = None
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The headers (made on first use: the proxy's fast path reads ``raw_headers``)."""
+        if self._headers_read is None:
+            self._headers_read = CIMultiDict([(n.decode("latin-1"), v.decode("latin-1")) for n, v in self.raw_headers])
+        return self._headers_read
 
     @property
     def complete(self) -> bool:
@@ -87,8 +95,8 @@ class UpstreamResponse:
 
     # -- fed by the connection --------------------------------------------------------------------
 
-    def _headers(self, status: int, headers: CIMultiDict[str]) -> None:
-        self.status, self.headers = status, headers
+    def _headers(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status, self.raw_headers = status, headers
         if self._headers_ready is not None and not self._headers_ready.done():
             self._headers_ready.set_result(None)
         if self.watcher is not None:
@@ -193,7 +201,7 @@ class _UpstreamConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._response: UpstreamResponse | None = None
-        self._header_list: list[tuple[str, str]] = []
+        self._header_list: list[tuple[bytes, bytes]] = []
         self._received_any = False
         self._paused = False
         self.reused = False  # taken from the idle list for this request
@@ -233,14 +241,14 @@ class _UpstreamConnection(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_list.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._header_list.append((name, value))
 
     def on_headers_complete(self) -> None:
         response = self._response
         if response is None:  # an answer no request is waiting for: nothing on this connection can be trusted
             self.abort()
             return
-        response._headers(self._parser.get_status_code(), CIMultiDict(self._header_list))
+        response._headers(self._parser.get_status_code(), self._header_list)
         self._header_list = []
         if response._method == "HEAD":
             response._finish()
