@@ -35,12 +35,18 @@ from mcpfault.proxy.http.exchange import (
 from mcpfault.proxy.http.stdio import SESSION_HEADER
 from mcpfault.proxy.http.upstream import UpstreamPool, UpstreamResponse
 
-_NOT_FORWARDED = frozenset(name.encode("latin-1") for name in NOT_FORWARDED)
-_TOKEN = TOKEN_HEADER.lower().encode("latin-1")
-_SESSION = SESSION_HEADER.lower().encode("latin-1")
-_VERSION = b"mcp-protocol-version"
+# What ``forwarded_head`` does with a header, by its lowercase name: not forwarded, read (the token is
+# not forwarded either); any other is forwarded.
+_DROP, _TOKEN, _SESSION, _VERSION = range(4)
+_SPECIAL = {name.encode("latin-1"): _DROP for name in NOT_FORWARDED} | {
+    TOKEN_HEADER.lower().encode("latin-1"): _TOKEN,
+    SESSION_HEADER.lower().encode("latin-1"): _SESSION,
+    b"mcp-protocol-version": _VERSION,
+}
 _IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
-_PER_ANSWER = frozenset({b"date", b"content-length"})  # what varies from one answer of a server to the next
+# What varies from one answer of a server to the next, as servers spell it: left out of the key of the
+# answer heads kept. Another spelling is kept in the key, which only makes the key unique more often.
+_PER_ANSWER = frozenset({b"Date", b"date", b"DATE", b"Content-Length", b"content-length", b"CONTENT-LENGTH"})
 _MAX_ANSWER_HEADS = 64
 
 
@@ -80,18 +86,22 @@ def forwarded_head(headers: web.RawHeaders) -> ForwardedHead:
     reads (the first of each, as a multidict's ``get`` gives it)."""
     parts = []
     session_id = protocol_version = token = None
+    special = _SPECIAL.get
     for name, value in headers:
-        lower = name.lower()
-        if lower in _NOT_FORWARDED:
-            if lower == _TOKEN and token is None:
-                token = value
-            continue
-        if lower == _SESSION:
-            if session_id is None:
-                session_id = value.decode("latin-1")
-        elif lower == _VERSION and protocol_version is None:
-            protocol_version = value.decode("latin-1")
-        parts.append(name + b": " + value + b"\r\n")
+        what = special(name.lower())
+        if what is not None:
+            if what == _DROP:
+                continue
+            if what == _TOKEN:
+                if token is None:
+                    token = value
+                continue
+            if what == _SESSION:
+                if session_id is None:
+                    session_id = value.decode("latin-1")
+            elif protocol_version is None:
+                protocol_version = value.decode("latin-1")
+        parts.append(b"%b: %b\r\n" % (name, value))
     parts.append(_IDENTITY)
     return ForwardedHead(b"".join(parts), session_id, protocol_version, token)
 
@@ -176,7 +186,7 @@ class FastPath:
         return True
 
     def answer_head(self, response: UpstreamResponse) -> AnswerHead:
-        key = tuple([header for header in response.raw_headers if header[0].lower() not in _PER_ANSWER])
+        key = tuple([header for header in response.raw_headers if header[0] not in _PER_ANSWER])
         head = self._answer_heads.get(key)
         if head is None:
             head = answer_head(response.headers)
@@ -241,13 +251,12 @@ class FastPost:
             self.carry_out(response)  # broke off, or large: the general path reads, or refuses, the rest
             return
         data = response.take_body()
-        response.release()
         core = self._core
-        self._path.general.answer_arrived(self._session_id, core, 200, head.session_id)
         line = core.lane_from_server(data)
         if line is None:
             emits = [e for e in core.from_server(data) if e.to is To.CLIENT]
             if len(emits) != 1 or emits[0].delay_s:
+                self._answered(response, head)
                 self.deliver(emits, response)
                 return
             line = emits[0].data
@@ -256,7 +265,15 @@ class FastPost:
             self._connection.answer_encoded(answer + line)
         else:
             self._connection.answer(json_answer(200, relayed_headers(response.headers), line), False)
+        # After the write, off the client's wait: nothing runs in between that could need them sooner.
+        self._answered(response, head)
         core.end_passed()  # the spans of answers the lane let through end once the client has them
+
+    def _answered(self, response: UpstreamResponse, head: AnswerHead) -> None:
+        """The answer was read: its connection goes back to the pool, and what its head tells the sessions."""
+        self.response = response.watcher = None  # no cycle left: both are freed as soon as they are done with
+        response.release()
+        self._path.general.answer_arrived(self._session_id, self._core, 200, head.session_id)
 
     # -- the client leaving (Handling) --------------------------------------------------------------
 
@@ -282,7 +299,7 @@ class FastPost:
     def carry_out(self, sent: UpstreamResponse | None) -> None:
         """After the lane took the request: the general path sends it (``sent`` None) or reads its answer."""
         if sent is not None:
-            sent.watcher = None
+            self.response = sent.watcher = None  # the general path's now
         general, line = self._path.general, self.line
         self._hand_off(lambda request: general.carry_out(self._exchange(request), Emit(To.SERVER, line), [], sent))
 

@@ -61,7 +61,6 @@ class UpstreamResponse:
         self.status = 0  # until the head arrives (HTTP has no status 0)
         self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came, until someone reads ``headers``
         self._headers_read: CIMultiDict[str] | None = None
-        self.content = self
         self.watcher = watcher
         self._connection = connection
         self._method = method
@@ -72,6 +71,12 @@ class UpstreamResponse:
         self._headers_ready: asyncio.Future[None] | None = None  # made when someone waits for the head
         self._complete = False
         self._error: BaseException | None = None
+
+    @property
+    def content(self) -> UpstreamResponse:
+        """The body's reader (aiohttp's name for it): the response itself. A property, not an attribute
+        pointing back at the response, so that a response is freed as soon as it is done with."""
+        return self
 
     @property
     def headers(self) -> CIMultiDict[str]:
