@@ -422,3 +422,35 @@ async def test_an_upstream_that_went_away_gets_the_client_an_error(tmp_path: Pat
     assert answer.startswith(b"HTTP/1.1 502")
     assert b"cannot reach the upstream MCP server" in answer
     assert run.recorded()[-1]["client_received"] == "upstream_unreachable"
+
+
+async def test_a_failure_of_the_fast_path_still_answers_the_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the upstream's callbacks gets the client the general path's JSON-RPC error, and the
+    connections go on; one while the request is taken gets a 500 and the connection closes."""
+    from mcpfault.proxy.core import ProxyCore
+    from mcpfault.proxy.http import fast as fast_module
+
+    def broken(*_: Any) -> bytes:
+        raise RuntimeError("boom")
+
+    run = Run(tmp_path, fast=True, traced=False)
+    async with run.serving() as (host, port):
+        with monkeypatch.context() as patched:
+            patched.setattr(ProxyCore, "lane_from_server", broken)
+            answers = await converse(
+                host,
+                port,
+                [post(DISCOVER, version=MODERN), post(call(1, "echo", modern=True), version=MODERN)],
+            )
+        after = await converse(host, port, [post(call(2, "echo", modern=True), version=MODERN)])
+        with monkeypatch.context() as patched:
+            patched.setattr(fast_module, "forwarded_head", broken)
+            refused = await converse(host, port, [post(call(3, "echo", modern=True), version=MODERN)])
+    assert (
+        answers[1].startswith(b"HTTP/1.1 502")
+        and b"the proxy failed on this request (RuntimeError: boom)" in answers[1]
+    )
+    assert after[0].startswith(b"HTTP/1.1 200") and b"echo:2" in after[0]
+    assert refused[0].startswith(b"HTTP/1.1 500")

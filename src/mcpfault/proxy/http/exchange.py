@@ -311,6 +311,12 @@ def _sse_data(stream: bytes) -> list[bytes]:
     return [e.data for e in splitter.feed(stream + b"\n\n") if e.data is not None]
 
 
+def proxy_failed(exc: Exception) -> web.Response:
+    """What the client gets when the proxy fails on its request (a bug of ours): JSON-RPC, never a plain 500."""
+    message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
+    return error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
+
+
 def error_response(status: int, request_id: Any, message: str, *, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:
     body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
     return web.Response(status=status, body=body, content_type="application/json")

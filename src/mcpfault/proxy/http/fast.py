@@ -20,6 +20,8 @@ import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple, Protocol
 
+import structlog
+
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http import server as web
 from mcpfault.proxy.http.exchange import (
@@ -29,6 +31,7 @@ from mcpfault.proxy.http.exchange import (
     Exchange,
     Limits,
     json_answer,
+    proxy_failed,
     relayed_headers,
     request_id_of,
 )
@@ -48,6 +51,8 @@ _IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
 # answer heads kept. Another spelling is kept in the key, which only makes the key unique more often.
 _PER_ANSWER = frozenset({b"Date", b"date", b"DATE", b"Content-Length", b"content-length", b"CONTENT-LENGTH"})
 _MAX_ANSWER_HEADS = 64
+
+log = structlog.get_logger("mcpfault.proxy")
 
 
 class GeneralPath(Protocol):
@@ -239,13 +244,36 @@ class FastPost:
     # -- the answer, as it arrives (AnswerWatcher) --------------------------------------------------
 
     def head(self, response: UpstreamResponse) -> None:
+        try:
+            self._head(response)
+        except Exception as exc:
+            self._failed(exc)
+
+    def end(self, response: UpstreamResponse) -> None:
+        try:
+            self._end(response)
+        except Exception as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """A bug of ours, in the upstream connection's callbacks: the upstream request is closed, and the
+        client gets the general path's answer for it unless it got its answer already."""
+        log.exception("the HTTP proxy's fast path failed on a request")
+        if self.response is not None:
+            self.response.watcher = None
+            self.response.close()
+            self.response = None
+        if self._connection.handling is self:
+            self._connection.answer(proxy_failed(exc), self._keep_alive)
+
+    def _head(self, response: UpstreamResponse) -> None:
         if response.status == 200:
             self.answer_head = self._path.answer_head(response)
             if self.answer_head.json:
                 return
         self.carry_out(response)  # relayed as it came, or an SSE stream: the general path reads it
 
-    def end(self, response: UpstreamResponse) -> None:
+    def _end(self, response: UpstreamResponse) -> None:
         head = self.answer_head
         if head is None or not response.complete or response.buffered > self._path.limits.max_response_bytes:
             self.carry_out(response)  # broke off, or large: the general path reads, or refuses, the rest

@@ -46,6 +46,7 @@ from mcpfault.proxy.http.exchange import (
     UpstreamAnswer,
     abort,
     error_response,
+    proxy_failed,
     read_limited,
     relayed_headers,
     write_event,
@@ -189,8 +190,7 @@ class HttpProxy:
             raise
         except Exception as exc:  # a bug of ours: the client still gets JSON-RPC, never a plain-text 500
             log.exception("the HTTP proxy failed on a request", path=request.path, method=request.method)
-            message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
-            return error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
+            return proxy_failed(exc)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self._token is not None:

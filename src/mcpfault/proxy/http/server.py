@@ -296,9 +296,14 @@ class Connection(asyncio.Protocol):
             and self._task is None
             and self._handling is None
             and not self._waiting
-            and fast(self, parser.get_method(), self._url, self._headers, body, keep_alive)
         ):
-            return
+            try:
+                if fast(self, parser.get_method(), self._url, self._headers, body, keep_alive):
+                    return
+            except Exception:  # as for a handler: a bug, and the client must not be left waiting
+                log.exception("the HTTP fast handler failed", path=self._url.decode("latin-1"))
+                self._refuse(500, "internal error")
+                return
         self._waiting.append((Request(self, parser.get_method(), self._url, self._headers, body), keep_alive))
         if len(self._waiting) >= MAX_PIPELINED and self.transport is not None and not self._reading_paused:
             self._reading_paused = True
@@ -346,6 +351,11 @@ class Connection(asyncio.Protocol):
             self.close()
 
     # -- a request the fast handler took ------------------------------------------------------------
+
+    @property
+    def handling(self) -> Handling | None:
+        """The request the fast handler took, until it is answered or handed off."""
+        return self._handling
 
     def taken(self, handling: Handling) -> None:
         """The fast handler took the request it was offered; ``handling`` is told if the client leaves."""
