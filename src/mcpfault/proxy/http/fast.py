@@ -47,6 +47,8 @@ _SPECIAL = {name.encode("latin-1"): _DROP for name in NOT_FORWARDED} | {
     b"mcp-protocol-version": _VERSION,
 }
 _IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
+# The one header of a request that differs from the last on the same connection, as clients spell it.
+_LENGTH = frozenset({b"Content-Length", b"content-length", b"CONTENT-LENGTH"})
 # What varies from one answer of a server to the next, as servers spell it: left out of the key of the
 # answer heads kept. Another spelling is kept in the key, which only makes the key unique more often.
 _PER_ANSWER = frozenset({b"Date", b"date", b"DATE", b"Content-Length", b"content-length", b"CONTENT-LENGTH"})
@@ -125,6 +127,13 @@ def answer_head(headers: Mapping[str, str]) -> AnswerHead:
     return AnswerHead(json, headers.get(SESSION_HEADER), json_answer(200, relayed_headers(headers), b"").header_block())
 
 
+class _Memo(NamedTuple):
+    """What the fast path keeps with a connection: its last request's headers, and what they make."""
+
+    key: list[tuple[bytes, bytes]]
+    head: ForwardedHead
+
+
 class FastPath:
     """The ``FastHandler`` of an HTTP proxy in front of a server it reaches over ``pool``."""
 
@@ -161,7 +170,15 @@ class FastPath:
     ) -> bool:
         if method != b"POST" or target != self._target:
             return False
-        head = forwarded_head(headers)
+        # A client sends the same headers each time but for Content-Length: they are read again only when
+        # they differ from the last request's on the connection (another spelling of it: each time).
+        key = [header for header in headers if header[0] not in _LENGTH]
+        memo = connection.memo
+        if isinstance(memo, _Memo) and memo.key == key:
+            head = memo.head
+        else:
+            head = forwarded_head(headers)
+            connection.memo = _Memo(key, head)
         # Compared as the general path compares it (a str from a latin-1 header, in UTF-8); it answers 401.
         if self._token is not None and not hmac.compare_digest(
             (head.token or b"").decode("latin-1").encode(), self._token

@@ -210,6 +210,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._reading_paused = False
         self.closed = False
+        self.memo: object = None  # what the fast handler keeps with the connection (only it reads it)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
