@@ -458,3 +458,21 @@ async def test_a_failure_of_the_fast_path_still_answers_the_client(
     )
     assert after[0].startswith(b"HTTP/1.1 200") and b"echo:2" in after[0]
     assert refused[0].startswith(b"HTTP/1.1 500")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "general"])
+async def test_a_json_answer_broken_off_ends_the_request_with_an_error(tmp_path: Path, fast: bool) -> None:
+    run = Run(tmp_path, fast=fast, traced=False)
+    async with run.serving() as (host, port):
+        answers = await converse(
+            host,
+            port,
+            [post(INITIALIZE), post(call(1, "echo"), session="s-1"), post(call(2, "cut"), session="s-1")],
+        )
+        assert run.proxy is not None
+        core = run.proxy.sessions.session("s-1").core
+        assert core.in_flight == 0  # nothing left waiting for an answer that will never come
+    assert answers[2].startswith(b"HTTP/1.1 502")
+    assert b"the upstream MCP server broke off its answer" in answers[2] and b'"id":2' in answers[2]
+    event = run.recorded()[-1]
+    assert (event["request_id"], event["client_received"], event["error_code"]) == (2, "upstream_exited", -32000)

@@ -196,18 +196,21 @@ class Exchange:
 
     async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
         """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
-        fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
-        received: Received
-        if fate is not None:
-            reply, received = fate
-        else:
-            message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
-            data = {"mcpfault": {"reason": "upstream_broke_off"}}
-            reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-            received = "upstream_exited"
+        reply, received = await self.broken_reply(exc)
         if self.request_id is not None and self.core.end(self.request_id, received, reply=reply):
             await response.write(sse.encode(reply))
         await response.write_eof()
+
+    async def broken_reply(self, exc: BaseException) -> tuple[bytes, Received]:
+        """The error for the request whose answer the upstream broke off, and what the client received:
+        what became of a server the proxy started, when it died; else that it broke off."""
+        fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
+        if fate is not None:
+            return fate
+        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
+        data = {"mcpfault": {"reason": "upstream_broke_off"}}
+        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        return reply, "upstream_exited"
 
     def bad_gateway(self, upstream: str, what: str) -> web.Response:
         message = f"mcpfault: the upstream MCP server {upstream} {what}"

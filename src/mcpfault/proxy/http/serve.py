@@ -432,7 +432,10 @@ class HttpProxy:
         content_type = answer.headers.get("Content-Type", "").lower()
         if status >= 300 or (status != 200 and exchange.request_id is None):
             # Not an answer to judge (202 for a notification, a 4xx or 5xx): relayed as it came.
-            data = await read_limited(answer, self._limits.max_response_bytes)
+            try:
+                data = await read_limited(answer, self._limits.max_response_bytes)
+            except (TimeoutError, OSError) as exc:
+                return await self._broke_off(exchange, exc)
             if exchange.request_id is not None:
                 if content_type.startswith("application/json"):
                     core.from_server(data)  # a JSON-RPC error in the body ends the request the usual way
@@ -445,12 +448,20 @@ class HttpProxy:
                 data = await read_limited(answer, self._limits.max_response_bytes)
             except ValueError as exc:
                 return exchange.bad_gateway(self.upstream_label, str(exc))
+            except (TimeoutError, OSError) as exc:
+                return await self._broke_off(exchange, exc)
             return await exchange.relay_json(answer, data, action, notes)
         sample = (await answer.content.read(200)).decode("utf-8", "replace")
         return exchange.bad_gateway(
             self.upstream_label,
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
+
+    async def _broke_off(self, exchange: Exchange, exc: BaseException) -> web.Response:
+        """The upstream broke off an answer the proxy reads whole: an error for the request (as for a
+        stream it breaks off), which ends it, rather than the proxy's own failure."""
+        reply, received = await exchange.broken_reply(exc)
+        return _proxy_error(exchange, reply, received, contacted=True, status=502)
 
     def answer_arrived(self, session_id: str | None, core: ProxyCore, status: int, new_session: str | None) -> None:
         """What the head of the upstream's answer to a POST tells the sessions: one it opens (``new_session``,
