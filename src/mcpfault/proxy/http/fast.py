@@ -1,8 +1,8 @@
 """The HTTP proxy's fast path: a POST nothing can happen to, and its JSON answer, carried by callbacks.
 
 Most POSTs are a request no rule cares about, answered with a 200 and a JSON body. For those the
-general path (serve.py) costs a task, a chain of coroutines, header multidicts and three parses of
-the body: more than the rest of the proxy's work. Here the request is offered as httptools parsed it
+general path (serve.py) costs a task, a chain of coroutines, header multidicts and a second parse of
+the request: more than the rest of the proxy's work. Here the request is offered as httptools parsed it
 (the server's ``FastHandler``); when the core's lane takes it (``ProxyCore.lane_from_client``: the
 core's one test of "nothing can happen to this request") it is sent at once on an idle pooled
 connection, and the upstream connection's callbacks (``AnswerWatcher``) write the answer to the
@@ -47,7 +47,7 @@ _SPECIAL = {name.encode("latin-1"): _DROP for name in NOT_FORWARDED} | {
     b"mcp-protocol-version": _VERSION,
 }
 _IDENTITY = f"{IDENTITY[0]}: {IDENTITY[1]}\r\n".encode("latin-1")
-# The one header of a request that differs from the last on the same connection, as clients spell it.
+# Content-Length, as clients spell it: of a client's headers, the one that changes from request to request.
 _LENGTH = frozenset({b"Content-Length", b"content-length", b"CONTENT-LENGTH"})
 # What varies from one answer of a server to the next, as servers spell it: left out of the key of the
 # answer heads kept. Another spelling is kept in the key, which only makes the key unique more often.
@@ -121,7 +121,7 @@ class AnswerHead(NamedTuple):
     block: bytes  # the client's header lines, as ``json_answer`` makes them (``Response.header_block``)
 
 
-def answer_head(headers: Mapping[str, str]) -> AnswerHead:
+def _answer_head_of(headers: Mapping[str, str]) -> AnswerHead:
     """``AnswerHead`` of a 200 answer with these headers, made the general path's way."""
     json = headers.get("Content-Type", "").lower().startswith("application/json")
     return AnswerHead(json, headers.get(SESSION_HEADER), json_answer(200, relayed_headers(headers), b"").header_block())
@@ -211,7 +211,7 @@ class FastPath:
         key = tuple([header for header in response.raw_headers if header[0] not in _PER_ANSWER])
         head = self._answer_heads.get(key)
         if head is None:
-            head = answer_head(response.headers)
+            head = _answer_head_of(response.headers)
             if len(self._answer_heads) >= _MAX_ANSWER_HEADS:
                 self._answer_heads.clear()
             self._answer_heads[key] = head

@@ -289,6 +289,7 @@ class Connection(asyncio.Protocol):
             return
         parser, parts = self._parser, self._body
         body = None if self._body_size > self.max_body_bytes else parts[0] if len(parts) == 1 else b"".join(parts)
+        self._body = []  # not kept with an idle connection
         keep_alive = parser.should_keep_alive()
         fast = self._server.fast
         if (
