@@ -1,6 +1,7 @@
 """The HTTP benchmark's yardsticks: ``benchmarks/http_relay.py`` as it is (stdlib, threaded) and with
 ``--uvloop`` (the fast relay the proxy's HTTP targets are taken against) relay what the echo server
-answers, over one keep-alive connection, and stop on SIGTERM with status 0."""
+answers, over one keep-alive connection, and stop on SIGTERM with status 0; ``benchmarks/http_profile.py``
+runs in both eras."""
 
 from __future__ import annotations
 
@@ -85,3 +86,21 @@ def test_a_relay_answers_as_the_server_does(echo_port: int, flags: list[str]) ->
         code = stop(relay)
     assert relayed == direct and code == 0
     assert [status for status, _ in direct] == [200] * 11 + [404]  # ten calls, the DELETE, then the lost session
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--era", "legacy", "--cprofile"], ["--era", "modern", "--spans", "--metrics"]])
+def test_the_http_profile_runs_in_both_eras(flags: list[str]) -> None:
+    """``benchmarks/http_profile.py`` (the proxy's CPU per request, by part): a functional check only."""
+    small = ["--clients", "2", "--calls", "20", "--rounds", "1", "--warmup", "5"]
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "http_profile.py"), *small, *flags],
+        capture_output=True,
+        timeout=120,
+        cwd=BENCHMARKS.parent,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    out = done.stdout.decode()
+    assert f"era {flags[1]}: proxy CPU" in out
+    if "--cprofile" in flags:
+        assert "parser callbacks" in out and "core, engine, sessions" in out

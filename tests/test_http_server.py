@@ -20,7 +20,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @asynccontextmanager
 async def serving(handler: Handler, **kw: float) -> AsyncIterator[int]:
-    server = web.HttpServer(handler, max_body_bytes=int(kw.pop("max_body_bytes", 1000)), **kw)
+    max_body_bytes, keepalive_s = int(kw.pop("max_body_bytes", 1000)), kw.pop("keepalive_s", web.KEEPALIVE_S)
+    assert not kw, kw
+    server = web.HttpServer(handler, max_body_bytes=max_body_bytes, keepalive_s=keepalive_s)
     port = await server.listen("127.0.0.1", 0)
     try:
         yield port
@@ -192,3 +194,83 @@ async def test_pipelining_without_reading_is_held_back() -> None:
         await asyncio.sleep(0.5)
         sock.close()
     assert served < 200  # the server stopped reading instead of queueing thousands of requests
+
+
+class _Later:
+    """A fast handler that takes requests to /fast and answers each 50 ms later from a callback, and
+    hands requests to /handoff to a coroutine; it records the clients that left before their answer."""
+
+    def __init__(self) -> None:
+        self.gone: list[bytes] = []
+        self.taken = 0
+
+    def __call__(
+        self,
+        connection: web.Connection,
+        method: bytes,
+        target: bytes,
+        headers: web.RawHeaders,
+        body: bytes,
+        keep_alive: bool,
+    ) -> bool:
+        if target == b"/handoff":
+            request = connection.request_of(method, target, headers, body)
+            connection.hand_off(request, keep_alive, echo)
+            return True
+        if target != b"/fast":
+            return False
+        self.taken += 1
+        later = self
+
+        class Taken:
+            def client_gone(self) -> None:
+                timer.cancel()
+                later.gone.append(body)
+
+        def answer() -> None:
+            connection.answer(web.Response(body=b"fast " + body, content_type="text/plain"), keep_alive)
+
+        timer = asyncio.get_running_loop().call_later(0.05, answer)
+        connection.taken(Taken())
+        return True
+
+
+async def test_a_fast_handler_answers_in_order_with_pipelined_requests() -> None:
+    fast = _Later()
+    server = web.HttpServer(echo, max_body_bytes=1000, fast=fast)
+    port = await server.listen("127.0.0.1", 0)
+    try:
+        three = (
+            b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na"
+            b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nb"  # behind a taken one: the handler
+            b"POST /handoff HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nc"
+        )
+        received = await exchange(port, three, until=b"POST /handoff 1")
+        one = b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\nd"
+        closed = await exchange(port, one)
+    finally:
+        await server.close()
+    assert received.index(b"fast a") < received.index(b"POST /fast 1") < received.index(b"POST /handoff 1")
+    assert fast.taken == 2  # a and d
+    assert b"Connection: close" in closed and closed.endswith(b"fast d")
+
+
+async def test_a_client_leaving_tells_the_fast_handler_and_the_close_waits_for_it() -> None:
+    fast = _Later()
+    server = web.HttpServer(echo, max_body_bytes=1000, fast=fast)
+    port = await server.listen("127.0.0.1", 0)
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\ngone")
+        await asyncio.sleep(0.01)
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nkept")
+        await asyncio.sleep(0.01)
+    finally:
+        await server.close(drain_s=2.0)  # waits for the answer to "kept", not for the full 2 s
+    assert fast.gone == [b"gone"]
+    async with asyncio.timeout(5):
+        received = await reader.read(65536)
+    writer.close()
+    assert received.endswith(b"fast kept")

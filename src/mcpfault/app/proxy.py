@@ -114,6 +114,7 @@ class ProxyConfig:
 
     def _check_http(self) -> None:
         from mcpfault.proxy.http import serve as http
+        from mcpfault.proxy.http.exchange import TOKEN_HEADER
 
         if self.listen is None:
             raise UsageError("--upstream needs --listen HOST:PORT, where clients connect, e.g. --listen 127.0.0.1:8080")
@@ -137,7 +138,7 @@ class ProxyConfig:
             f"--listen {self.listen}",
             listen.host,
             _proxy_token(),
-            f"set {PROXY_TOKEN_VARIABLE} and have clients send it in the {http.TOKEN_HEADER} header",
+            f"set {PROXY_TOKEN_VARIABLE} and have clients send it in the {TOKEN_HEADER} header",
         )
 
 

@@ -25,6 +25,7 @@ from mcpfault.proxy.events import EventSink, utc_now
 from mcpfault.proxy.tool_listing import ToolListing
 
 log = structlog.get_logger("mcpfault.proxy")
+_NOTHING_DEFERRED = threading.local()  # see ``CoreState._deferred``: only ever holds records = None
 
 
 class CoreState:
@@ -72,7 +73,9 @@ class CoreState:
         self._held_events: dict[tuple[bool, object], HeldEvent] = {}
         # Per thread: the events of the lines being handled, written once the transport has written
         # their bytes (``defer_events``), so an answer the client never got is not recorded as received.
-        self._deferred = threading.local()
+        # Without an events sink nothing is ever held: such cores share one that stays empty (an HTTP
+        # proxy makes a core for each request outside a session).
+        self._deferred = threading.local() if events is not None else _NOTHING_DEFERRED
         # The server's restarts so far, when a supervisor restarts it (None: a server that is not).
         self.generation: int | None = None
         # The transport holds an answer a process fault loses, and performs its at_answer (see

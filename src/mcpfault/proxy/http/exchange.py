@@ -40,6 +40,11 @@ HOP_BY_HOP = frozenset(
 )
 # Nor what the proxy's server writes itself.
 NOT_RELAYED = HOP_BY_HOP | {"content-length", "date", "server"}
+TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
+# Hop-by-hop headers, what the proxy's client writes itself, and the proxy's own token are not forwarded.
+NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKEN_HEADER.lower()}
+# Sent with every request instead of the client's Accept-Encoding: the proxy reads the answers.
+IDENTITY = ("Accept-Encoding", "identity")
 
 
 class _Body(Protocol):
@@ -98,8 +103,7 @@ class Exchange:
     def request_id(self) -> Any:
         """The JSON-RPC id, when the body is a request (None otherwise). Parsed only when needed."""
         if self._request_id is ...:
-            message = jsonrpc.parse(self.body)
-            self._request_id = message.body.get("id") if message.kind is MessageKind.REQUEST and message.body else None
+            self._request_id = request_id_of(self.body)
         return self._request_id
 
     async def answer_locally(self, emits: list[Emit]) -> web.StreamResponse:
@@ -108,7 +112,7 @@ class Exchange:
         if behaviour is not None:
             response: web.StreamResponse = behaviour.answer_instead(self)
             return response
-        return await self._deliver(emits, status=200, headers=CIMultiDict())
+        return await self.deliver(emits, status=200, headers=CIMultiDict())
 
     # -- HttpExchangeOps: what an HTTP fault acts through -----------------------------------------
 
@@ -146,7 +150,7 @@ class Exchange:
             return abort(self.request)
         if action is not None and action.first_byte_delay_s:
             await asyncio.sleep(action.first_byte_delay_s)
-        return await self._deliver([*notes, *emits], status=answer.status, headers=headers)
+        return await self.deliver([*notes, *emits], status=answer.status, headers=headers)
 
     async def relay_stream(
         self, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
@@ -192,18 +196,21 @@ class Exchange:
 
     async def _broken(self, response: web.StreamResponse, exc: BaseException) -> None:
         """The upstream broke off mid-stream: the client gets an error for its request, then the end."""
-        fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
-        received: Received
-        if fate is not None:
-            reply, received = fate
-        else:
-            message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
-            data = {"mcpfault": {"reason": "upstream_broke_off"}}
-            reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
-            received = "upstream_exited"
+        reply, received = await self.broken_reply(exc)
         if self.request_id is not None and self.core.end(self.request_id, received, reply=reply):
             await response.write(sse.encode(reply))
         await response.write_eof()
+
+    async def broken_reply(self, exc: BaseException) -> tuple[bytes, Received]:
+        """The error for the request whose answer the upstream broke off, and what the client received:
+        what became of a server the proxy started, when it died; else that it broke off."""
+        fate = await self.server_fate(self.request_id) if self.server_fate is not None else None
+        if fate is not None:
+            return fate
+        message = f"mcpfault: the upstream MCP server broke off its answer: {exc or type(exc).__name__}"
+        data = {"mcpfault": {"reason": "upstream_broke_off"}}
+        reply = jsonrpc.encode(jsonrpc.error_response(self.request_id, jsonrpc.UPSTREAM_UNAVAILABLE, message, data))
+        return reply, "upstream_exited"
 
     def bad_gateway(self, upstream: str, what: str) -> web.Response:
         message = f"mcpfault: the upstream MCP server {upstream} {what}"
@@ -230,7 +237,7 @@ class Exchange:
         await response.prepare(self.request)
         return response
 
-    async def _deliver(self, emits: Sequence[Emit], *, status: int, headers: CIMultiDict[str]) -> web.StreamResponse:
+    async def deliver(self, emits: Sequence[Emit], *, status: int, headers: CIMultiDict[str]) -> web.StreamResponse:
         """One message as a JSON body; several (notifications first) as an SSE stream; none: held open."""
         if not emits:
             return await self._hold(None)  # not even the headers: a server that never answers
@@ -238,8 +245,7 @@ class Exchange:
             emit = emits[0]
             if emit.delay_s:
                 await asyncio.sleep(emit.delay_s)
-            headers["Content-Type"] = "application/json"
-            return web.Response(status=status, headers=headers, body=emit.data)
+            return json_answer(status, headers, emit.data)
         headers["Content-Type"] = SSE
         response = await self._open_stream(status, headers, None)
         for emit in emits:
@@ -269,6 +275,18 @@ async def write_event(response: web.StreamResponse, event: sse.Event, emits: Seq
             await response.write(sse.encode(emit.data, event_id=event.event_id, event_type=event.event_type))
 
 
+def request_id_of(body: bytes) -> Any:
+    """The JSON-RPC id of ``body``, when it is a request (None otherwise)."""
+    message = jsonrpc.parse(body)
+    return message.body.get("id") if message.kind is MessageKind.REQUEST and message.body else None
+
+
+def json_answer(status: int, headers: CIMultiDict[str], body: bytes) -> web.Response:
+    """One JSON-RPC message as the client gets it: ``headers`` (the upstream's that are relayed) as JSON."""
+    headers["Content-Type"] = "application/json"
+    return web.Response(status=status, headers=headers, body=body)
+
+
 def abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
     """Close the client's connection with no (further) bytes: what a reset looks like from outside."""
     request.abort()
@@ -294,6 +312,12 @@ async def read_limited(answer: UpstreamAnswer, limit: int) -> bytes:
 def _sse_data(stream: bytes) -> list[bytes]:
     splitter = sse.EventSplitter()
     return [e.data for e in splitter.feed(stream + b"\n\n") if e.data is not None]
+
+
+def proxy_failed(exc: Exception) -> web.Response:
+    """What the client gets when the proxy fails on its request (a bug of ours): JSON-RPC, never a plain 500."""
+    message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
+    return error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
 
 
 def error_response(status: int, request_id: Any, message: str, *, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:

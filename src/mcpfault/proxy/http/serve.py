@@ -20,7 +20,7 @@ import asyncio
 import functools
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,22 +37,26 @@ from mcpfault.protocol.jsonrpc import MessageKind
 from mcpfault.proxy.core import Emit, ProxyCore, To
 from mcpfault.proxy.http import server as web
 from mcpfault.proxy.http.exchange import (
-    HOP_BY_HOP,
+    IDENTITY,
+    NOT_FORWARDED,
     SSE,
+    TOKEN_HEADER,
     Exchange,
     Limits,
     UpstreamAnswer,
     abort,
     error_response,
+    proxy_failed,
     read_limited,
     relayed_headers,
     write_event,
 )
+from mcpfault.proxy.http.fast import FastPath
 from mcpfault.proxy.http.process import HttpServerProcess
 from mcpfault.proxy.http.sessions import Sessions
 from mcpfault.proxy.http.stdio import SESSION_HEADER, StdioServerBridge
 from mcpfault.proxy.http.stdio_eras import EraRouter
-from mcpfault.proxy.http.upstream import UpstreamPool
+from mcpfault.proxy.http.upstream import UpstreamPool, UpstreamResponse
 from mcpfault.proxy.process.supervised import ServerDown
 from mcpfault.proxy.process.supervisor import unanswered_reply
 from mcpfault.proxy.replies import server_down_reply, server_gone_reply
@@ -64,9 +68,6 @@ log = structlog.get_logger("mcpfault.proxy")
 
 # How long a request the upstream broke off waits to learn whether the server the proxy started died.
 FATE_WAIT_S = 2.0
-TOKEN_HEADER = "X-Mcpfault-Token"  # only when listening beyond loopback; never forwarded
-# Hop-by-hop headers, what the proxy's client writes itself, and the proxy's own token are not forwarded.
-_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", TOKEN_HEADER.lower()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,19 @@ class HttpProxy:
                 max_connections=self._limits.max_connections,
                 connect_timeout_s=self._limits.connect_timeout_s,
             )
-        self._server = web.HttpServer(self._dispatch, max_body_bytes=self._limits.max_body_bytes)
+        # The fast path needs an upstream it only has to reach: not a server the proxy started and supervises.
+        fast = None
+        if self._pool is not None and self._process is None:
+            fast = FastPath(
+                self,
+                self._pool,
+                mcp_path=self._mcp_path,
+                upstream_target=self._upstream.raw_path_qs,
+                limits=self._limits,
+                token=self._token,
+                is_lost=self._sessions.is_lost,
+            )
+        self._server = web.HttpServer(self._dispatch, max_body_bytes=self._limits.max_body_bytes, fast=fast)
         try:
             port = await self._server.listen(listen.host, listen.port)
         except OSError as exc:
@@ -167,14 +180,17 @@ class HttpProxy:
     # -- dispatch -------------------------------------------------------------------------------
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        return await self.guarded(request, self._handle(request))
+
+    async def guarded(self, request: web.Request, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """``work``'s response to ``request``; a failure of ours still gets the client JSON-RPC."""
         try:
-            return await self._handle(request)
+            return await work
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug of ours: the client still gets JSON-RPC, never a plain-text 500
             log.exception("the HTTP proxy failed on a request", path=request.path, method=request.method)
-            message = f"mcpfault: the proxy failed on this request ({type(exc).__name__}: {exc}); please report it"
-            return error_response(502, None, message, code=jsonrpc.INTERNAL_ERROR)
+            return proxy_failed(exc)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self._token is not None:
@@ -205,15 +221,23 @@ class HttpProxy:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id and self._sessions.is_lost(session_id):
             return self._on_lost_session(request, body, session_id)
-        if session_id:
-            core = self._sessions.session(session_id).core
-        else:
-            core = self._sessions.exchange_core(request.headers.get("MCP-Protocol-Version"))
+        core = self.core_for(session_id, request.headers.get("MCP-Protocol-Version"))
+        return await self.decide(request, body, session_id, core)
+
+    def core_for(self, session_id: str | None, protocol_version: str | None) -> ProxyCore:
+        """The core that decides a POST: its session's, or one of its own outside a session."""
+        core = self._sessions.session(session_id).core if session_id else self._sessions.exchange_core(protocol_version)
         owned = self.owned
         if owned is not None and owned.supervisor.settings.restart != "never":
             core.generation = owned.supervisor.generation  # on this request's event and span
-        core.lists_in_band = False
-        await self._list_tools(request, core, body)
+        return core
+
+    async def decide(
+        self, request: web.Request, body: bytes, session_id: str | None, core: ProxyCore, listing: bytes | None = None
+    ) -> web.StreamResponse:
+        """The core decides the POST (after the proxy's own tools/list, when one is due: ``listing``, its
+        first request when the caller already started it), and the decision is carried out."""
+        await self._list_tools(request, core, body, listing)
         try:
             emits = core.from_client(body)
         except Exception:  # the core is fuzzed never to raise; if it does, the request still goes through
@@ -222,34 +246,59 @@ class HttpProxy:
         upstream = next((e for e in emits if e.to is To.SERVER), None)
         to_client = [e for e in emits if e.to is To.CLIENT]
         exchange = Exchange(request, core, body, session_id, self._limits)
+        return await self.carry_out(exchange, upstream, to_client)
+
+    async def carry_out(
+        self, exchange: Exchange, upstream: Emit | None, to_client: list[Emit], sent: UpstreamResponse | None = None
+    ) -> web.StreamResponse:
+        """What the core decided for the POST, carried out: ``upstream`` goes to the server (``sent``: it went
+        already, this is its answer), ``to_client`` to the client."""
+        return await self._ending(exchange, self._carried_out(exchange, upstream, to_client, sent))
+
+    async def deliver(
+        self, exchange: Exchange, emits: list[Emit], status: int, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """What the core made of the upstream's JSON answer (``emits``), delivered as ``Exchange.relay_json``
+        delivers it (the fast path's, when it is more than the answer as it came)."""
+        return await self._ending(exchange, exchange.deliver(emits, status=status, headers=relayed_headers(headers)))
+
+    async def _carried_out(
+        self, exchange: Exchange, upstream: Emit | None, to_client: list[Emit], sent: UpstreamResponse | None
+    ) -> web.StreamResponse:
+        if upstream is None and not to_client and exchange.request_id is None:
+            # A message that asks for no answer (the client's answer to a server request, a
+            # notification) that a fault kept from the server: accepted, as the server would have.
+            return web.Response(status=202)
+        if upstream is not None and upstream.delay_s and exchange.request_id is None:
+            await asyncio.sleep(upstream.delay_s)  # a client's answer a fault holds back
+        if upstream is None:
+            response = await exchange.answer_locally(to_client)
+            if exchange.session_id and response.status == 404:
+                self._sessions.lose(exchange.session_id)
+            return response
+        return await self._forward(exchange, upstream, to_client, sent)
+
+    async def _ending(self, exchange: Exchange, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """``work``'s response, and the end of the request in the core however it ends."""
+        core = exchange.core
         try:
-            if upstream is None and not to_client and exchange.request_id is None:
-                # A message that asks for no answer (the client's answer to a server request, a
-                # notification) that a fault kept from the server: accepted, as the server would have.
-                return web.Response(status=202)
-            if upstream is not None and upstream.delay_s and exchange.request_id is None:
-                await asyncio.sleep(upstream.delay_s)  # a client's answer a fault holds back
-            if upstream is None:
-                response = await exchange.answer_locally(to_client)
-                if session_id and response.status == 404:
-                    self._sessions.lose(session_id)
-            else:
-                response = await self._forward(exchange, upstream, to_client)
+            response = await work
             core.answer_delivered(exchange.request_id)  # an answer a fault held back is out now
             return response
         except asyncio.CancelledError:
             core.end(exchange.request_id, "cancelled")  # the client went away: nothing more to tell it
             raise
         finally:
-            if session_id is None and core.in_flight:
+            if exchange.session_id is None and core.in_flight:
                 # Outside a session nothing can resume this stream: its answer is gone for good.
                 core.end(exchange.request_id, "nothing")
 
-    async def _list_tools(self, request: web.Request, core: ProxyCore, body: bytes) -> None:
+    async def _list_tools(self, request: web.Request, core: ProxyCore, body: bytes, listing: bytes | None) -> None:
         """The proxy's own tools/list before the client's request, when rules match on annotations
         and the core has none current (proxy/tool_listing.py): POSTs of its own, in the client's
         session and with its headers, whose answers the client never sees; for at most ``WAIT_S``."""
-        listing = core.listing_due(body)
+        if listing is None:
+            listing = core.listing_due(body)
         if listing is None:
             return
         try:
@@ -298,7 +347,9 @@ class HttpProxy:
         core.end(exchange.request_id, "session_expired", upstream_contacted=False)
         return error_response(404, None, "Session not found", code=jsonrpc.INVALID_REQUEST)
 
-    async def _forward(self, exchange: Exchange, upstream: Emit, notes: list[Emit]) -> web.StreamResponse:
+    async def _forward(
+        self, exchange: Exchange, upstream: Emit, notes: list[Emit], sent: UpstreamResponse | None = None
+    ) -> web.StreamResponse:
         request = exchange.request
         answer: UpstreamAnswer
         bridge = await self._bridge.bridge_for(upstream.data) if self._bridge is not None else None
@@ -315,6 +366,9 @@ class HttpProxy:
         try:
             if bridge is not None:
                 answer = await bridge.post(upstream.data)
+            elif sent is not None:  # sent by the fast path, never to a server the proxy started
+                assert self._pool is not None
+                answer = await self._pool.answer(sent)
             else:
                 answer, generation = await self._post_upstream(request, upstream)
         except ServerDown as exc:
@@ -374,16 +428,14 @@ class HttpProxy:
         self, exchange: Exchange, answer: UpstreamAnswer, action: HttpBehaviour | None, notes: list[Emit]
     ) -> web.StreamResponse:
         core, status = exchange.core, answer.status
-        new_session = answer.headers.get(SESSION_HEADER)
-        if exchange.session_id is None and new_session and status < 300:
-            self._sessions.session(new_session, era=core.era)
-        if exchange.session_id is not None and status == 404:
-            self._sessions.forget(exchange.session_id)
-        self._sessions.learned(core.era)
+        self.answer_arrived(exchange.session_id, core, status, answer.headers.get(SESSION_HEADER))
         content_type = answer.headers.get("Content-Type", "").lower()
         if status >= 300 or (status != 200 and exchange.request_id is None):
             # Not an answer to judge (202 for a notification, a 4xx or 5xx): relayed as it came.
-            data = await read_limited(answer, self._limits.max_response_bytes)
+            try:
+                data = await read_limited(answer, self._limits.max_response_bytes)
+            except (TimeoutError, OSError) as exc:
+                return await self._broke_off(exchange, exc)
             if exchange.request_id is not None:
                 if content_type.startswith("application/json"):
                     core.from_server(data)  # a JSON-RPC error in the body ends the request the usual way
@@ -396,12 +448,29 @@ class HttpProxy:
                 data = await read_limited(answer, self._limits.max_response_bytes)
             except ValueError as exc:
                 return exchange.bad_gateway(self.upstream_label, str(exc))
+            except (TimeoutError, OSError) as exc:
+                return await self._broke_off(exchange, exc)
             return await exchange.relay_json(answer, data, action, notes)
         sample = (await answer.content.read(200)).decode("utf-8", "replace")
         return exchange.bad_gateway(
             self.upstream_label,
             f"answered with Content-Type {content_type or '(none)'} instead of JSON or an SSE stream: {sample!r}",
         )
+
+    async def _broke_off(self, exchange: Exchange, exc: BaseException) -> web.Response:
+        """The upstream broke off an answer the proxy reads whole: an error for the request (as for a
+        stream it breaks off), which ends it, rather than the proxy's own failure."""
+        reply, received = await exchange.broken_reply(exc)
+        return _proxy_error(exchange, reply, received, contacted=True, status=502)
+
+    def answer_arrived(self, session_id: str | None, core: ProxyCore, status: int, new_session: str | None) -> None:
+        """What the head of the upstream's answer to a POST tells the sessions: one it opens (``new_session``,
+        its Mcp-Session-Id, on an initialize's answer), one the server no longer knows (404), and the era."""
+        if session_id is None and new_session and status < 300:
+            self._sessions.session(new_session, era=core.era)
+        if session_id is not None and status == 404:
+            self._sessions.forget(session_id)
+        self._sessions.learned(core.era)
 
     async def _killed_before(self, exchange: Exchange, owned: StdioServerBridge | HttpServerProcess) -> web.Response:
         """The server was killed before it saw the request: the client learns what became of the server."""
@@ -477,8 +546,8 @@ def _proxy_error(
 
 
 def _forwarded(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
-    out = [(k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED]
-    out.append(("Accept-Encoding", "identity"))  # the proxy reads answers: no compression to undo
+    out = [(k, v) for k, v in headers.items() if k.lower() not in NOT_FORWARDED]
+    out.append(IDENTITY)
     return out
 
 

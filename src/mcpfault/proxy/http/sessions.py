@@ -84,14 +84,8 @@ class Sessions:
     def exchange_core(self, protocol_version: str | None = None) -> ProxyCore:
         """A core for one request outside any session: its ids cannot collide with another client's.
         ``protocol_version``: the request's ``MCP-Protocol-Version`` header, the era's only memory here."""
-        return ProxyCore(
-            self._sessionless,
-            events=self._events,
-            observers=self._sessionless_observers,
-            propagate=self._propagate,
-            stats=self.stats,
-            era=EraTracker.from_header(protocol_version),
-            epoch=self.epoch,
+        return self._core(
+            self._sessionless, self._sessionless_observers, self._propagate, EraTracker.from_header(protocol_version)
         )
 
     def session(self, session_id: str, era: EraTracker | None = None) -> HttpSession:
@@ -108,14 +102,8 @@ class Sessions:
             session_id=session_id,
             owns_process=self._owns_process,
         )
-        core = ProxyCore(
-            engine,
-            events=self._events,
-            observers=self._observers_for(session_id),
-            propagate=self._propagate,
-            stats=self.stats,
-            era=era if era is not None else EraTracker(),
-            epoch=self.epoch,
+        core = self._core(
+            engine, self._observers_for(session_id), self._propagate, era if era is not None else EraTracker()
         )
         created = self._sessions[session_id] = HttpSession(engine, core)
         self.sessions_started += 1
@@ -146,15 +134,24 @@ class Sessions:
         if self._no_rules is None:
             empty = dataclasses.replace(self.profile, rules=())
             self._no_rules = Engine(empty, transport=HTTP, live=LiveRules.of(empty))
-        return ProxyCore(
-            self._no_rules,
+        return self._core(
+            self._no_rules, self._observers_for(session_id), False, EraTracker.from_header(protocol_version)
+        )
+
+    def _core(
+        self, engine: Engine, observers: Sequence[RequestObserver], propagate: bool, era: EraTracker
+    ) -> ProxyCore:
+        core = ProxyCore(
+            engine,
             events=self._events,
-            observers=self._observers_for(session_id),
-            propagate=False,
+            observers=observers,
+            propagate=propagate,
             stats=self.stats,
-            era=EraTracker.from_header(protocol_version),
+            era=era,
             epoch=self.epoch,
         )
+        core.lists_in_band = False  # the transport sends the proxy's own tools/list, as POSTs of its own
+        return core
 
     def learned(self, era: EraTracker) -> None:
         if era.protocol_version is not None:

@@ -54,11 +54,15 @@ class BridgeAnswer:
         self.status = status
         content_type = "text/event-stream" if upstream_id is not None else "application/json"
         self.headers: CIMultiDict[str] = CIMultiDict({"Content-Type": content_type})
-        self.content = self
         self._bridge = bridge
         self._upstream_id = upstream_id
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._done = upstream_id is None
+
+    @property
+    def content(self) -> BridgeAnswer:
+        """The body's reader: the answer itself (a property: an attribute would make a reference cycle)."""
+        return self
 
     def put(self, message: bytes, *, last: bool = False) -> None:
         self._queue.put_nowait(sse.encode(message))

@@ -8,6 +8,11 @@ pool only after its answer was read to the end.
 
 A response streams: ``content.iter_any()`` yields chunks as they arrive (SSE), and reading pauses
 the socket when the proxy's client reads slower than the server writes (bounded memory).
+
+A request can also go out without a coroutine (``send_idle``, the proxy's fast path): an
+``AnswerWatcher`` is told, from ``data_received``, when the answer's head arrives and when the answer
+ends; at any point it can hand the response to a coroutine, which reads it as any other
+(``answer`` waits for its head, resending it as ``request`` would).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
-from typing import cast
+from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -33,34 +38,82 @@ class UpstreamBroke(MCPFaultError, ConnectionError):
     """The connection to the server ended before its answer did."""
 
 
+class AnswerWatcher(Protocol):
+    """Told of an answer's progress as the bytes arrive (from ``data_received``): what the proxy's fast
+    path waits on instead of a coroutine. Either may hand the response to a coroutine (``watcher = None``)."""
+
+    def head(self, response: UpstreamResponse) -> None:
+        """The status and headers arrived."""
+        ...
+
+    def end(self, response: UpstreamResponse) -> None:
+        """The answer is complete, or failed (``error``), or holds more than ``HIGH_WATER`` bytes (reading
+        paused): the watcher must act now, nothing more will tell it."""
+        ...
+
+
 class UpstreamResponse:
     """One answer: status and headers once they arrived, then the body as it comes."""
 
-    def __init__(self, connection: _UpstreamConnection, method: str) -> None:
-        self.status = 0
-        self.headers: CIMultiDict[str] = CIMultiDict()
-        self.content = self
+    def __init__(
+        self, connection: _UpstreamConnection, method: str, request: bytes, watcher: AnswerWatcher | None = None
+    ) -> None:
+        self.status = 0  # until the head arrives (HTTP has no status 0)
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came, until someone reads ``headers``
+        self._headers_read: CIMultiDict[str] | None = None
+        self.watcher = watcher
         self._connection = connection
         self._method = method
+        self._request = request  # as sent, for ``UpstreamPool.answer`` to send again
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._wakeup: asyncio.Future[None] | None = None
-        self._headers_ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._headers_ready: asyncio.Future[None] | None = None  # made when someone waits for the head
         self._complete = False
         self._error: BaseException | None = None
 
+    @property
+    def content(self) -> UpstreamResponse:
+        """The body's reader (aiohttp's name for it): the response itself. A property, not an attribute
+        pointing back at the response, so that a response is freed as soon as it is done with."""
+        return self
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The headers (made on first use: the proxy's fast path reads ``raw_headers``)."""
+        if self._headers_read is None:
+            self._headers_read = CIMultiDict([(n.decode("latin-1"), v.decode("latin-1")) for n, v in self.raw_headers])
+        return self._headers_read
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of the body received and not yet read."""
+        return self._buffered
+
     # -- fed by the connection --------------------------------------------------------------------
 
-    def _headers(self, status: int, headers: CIMultiDict[str]) -> None:
-        self.status, self.headers = status, headers
-        if not self._headers_ready.done():
+    def _headers(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status, self.raw_headers = status, headers
+        if self._headers_ready is not None and not self._headers_ready.done():
             self._headers_ready.set_result(None)
+        if self.watcher is not None:
+            self.watcher.head(self)
 
     def _feed(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
         self._buffered += len(chunk)
         if self._buffered > HIGH_WATER:
             self._connection.pause()
+            if self.watcher is not None:
+                self.watcher.end(self)
         self._wake()
 
     def _finish(self, error: BaseException | None = None) -> None:
@@ -70,9 +123,11 @@ class UpstreamResponse:
             self._complete = True
         else:
             self._error = error
-            if not self._headers_ready.done():
+            if self._headers_ready is not None and not self._headers_ready.done():
                 self._headers_ready.set_exception(error)
         self._wake()
+        if self.watcher is not None:
+            self.watcher.end(self)
 
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
@@ -81,8 +136,21 @@ class UpstreamResponse:
     # -- read by the proxy --------------------------------------------------------------------------
 
     async def started(self) -> UpstreamResponse:
-        await self._headers_ready
+        if not self.status:
+            if self._error is not None:
+                raise self._error
+            if self._headers_ready is None:
+                self._headers_ready = asyncio.get_running_loop().create_future()
+            await self._headers_ready
         return self
+
+    def take_body(self) -> bytes:
+        """The body received so far (all of it, once ``complete``), taken out of the buffer."""
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return data
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         while True:
@@ -114,10 +182,7 @@ class UpstreamResponse:
             self._wakeup = None
         if self._buffered > limit:
             raise ValueError(f"sent a body larger than {limit} bytes")
-        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
-        return data
+        return self.take_body()
 
     async def read(self, n: int = -1) -> bytes:
         async for chunk in self.iter_any():
@@ -141,7 +206,7 @@ class _UpstreamConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._response: UpstreamResponse | None = None
-        self._header_list: list[tuple[str, str]] = []
+        self._header_list: list[tuple[bytes, bytes]] = []
         self._received_any = False
         self._paused = False
         self.reused = False  # taken from the idle list for this request
@@ -181,30 +246,34 @@ class _UpstreamConnection(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_list.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._header_list.append((name, value))
 
     def on_headers_complete(self) -> None:
-        assert self._response is not None
-        self._response._headers(self._parser.get_status_code(), CIMultiDict(self._header_list))
+        response = self._response
+        if response is None:  # an answer no request is waiting for: nothing on this connection can be trusted
+            self.abort()
+            return
+        response._headers(self._parser.get_status_code(), self._header_list)
         self._header_list = []
-        if self._response._method == "HEAD":
-            self._response._finish()
+        if response._method == "HEAD":
+            response._finish()
 
     def on_body(self, body: bytes) -> None:
         if self._response is not None:
             self._response._feed(body)
 
     def on_message_complete(self) -> None:
-        if self._response is not None:
-            self._response._finish()
+        # Before the response learns it is complete: whoever is told may give the connection back at once.
         if not self._parser.should_keep_alive():
             self.keep_alive = False
+        if self._response is not None:
+            self._response._finish()
 
     # -- used by the pool and the response ----------------------------------------------------------
 
-    def send(self, request: bytes, method: str) -> UpstreamResponse:
+    def send(self, request: bytes, method: str, watcher: AnswerWatcher | None = None) -> UpstreamResponse:
         assert self._transport is not None
-        self._response = UpstreamResponse(self, method)
+        self._response = UpstreamResponse(self, method, request, watcher)
         self._received_any = False
         self._transport.write(request)
         return self._response
@@ -253,6 +322,7 @@ class UpstreamPool:
         self._busy: set[_UpstreamConnection] = set()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._request_heads: dict[tuple[str, str], bytes] = {}
 
     async def request(
         self,
@@ -272,15 +342,44 @@ class UpstreamPool:
         on a connection of its own, outside the pool's limit and never reused, so that streams held open
         can never leave the requests waiting for a connection.
         """
-        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in headers)
+        head = [f"{name}: {value}\r\n" for name, value in headers]
         if body or method not in ("GET", "HEAD", "DELETE"):
             head.append(f"Content-Length: {len(body)}\r\n")
         head.append("\r\n")
-        request = "".join(head).encode("latin-1") + body
+        request = self.request_head(method, target) + "".join(head).encode("latin-1") + body
+        connection = await self._connect(counted=False) if long_lived else await self._connection()
+        response = connection.send(request, method)
+        return await self.answer(response, resend_unanswered=resend_unanswered, long_lived=long_lived)
+
+    def request_head(self, method: str, target: str) -> bytes:
+        """The request line and Host header that every request to this server starts with."""
+        key = (method, target)
+        head = self._request_heads.get(key)
+        if head is None:
+            head = f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n".encode("latin-1")
+            if len(self._request_heads) < 64:  # bounded: targets come from clients (GET, DELETE)
+                self._request_heads[key] = head
+        return head
+
+    def send_idle(self, request: bytes, method: str, watcher: AnswerWatcher) -> UpstreamResponse | None:
+        """Send ``request`` (whole, as ``request`` would encode it) now on an idle kept-alive connection,
+        without waiting for anything; None, with nothing sent, when no connection is idle."""
+        while self._idle and not self._closed:
+            connection = self._idle.pop()
+            if connection.closed:
+                self._forget(connection)
+                continue
+            connection.reused = connection.busy = True
+            self._busy.add(connection)
+            return connection.send(request, method, watcher)
+        return None
+
+    async def answer(
+        self, response: UpstreamResponse, *, resend_unanswered: bool = True, long_lived: bool = False
+    ) -> UpstreamResponse:
+        """``response`` once its status and headers arrived (see ``request`` for the arguments)."""
         for attempt in (1, 2):
-            connection = await self._connect(counted=False) if long_lived else await self._connection()
-            response = connection.send(request, method)
+            connection = response._connection
             try:
                 return await response.started()
             except UpstreamBroke:
@@ -288,6 +387,8 @@ class UpstreamPool:
                 # A kept-alive connection the server closed just as we wrote: nothing was answered,
                 # nothing was read, so the request goes once more on a fresh connection.
                 if resend_unanswered and attempt == 1 and connection.reused and not connection.received_any:
+                    connection = await self._connect(counted=False) if long_lived else await self._connection()
+                    response = connection.send(response._request, response._method)
                     continue
                 raise
             except BaseException:
