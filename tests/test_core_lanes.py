@@ -4,20 +4,24 @@ full path (``from_client``/``from_server``) would end it, and what they refuse t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import generate_latest
 
 from mcpfault.control.controller import Controller
 from mcpfault.faults import profile
+from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.engine import Engine
 from mcpfault.faults.live import LiveRules
 from mcpfault.proxy.core import ProxyCore, To
 from mcpfault.proxy.events import MemoryEventSink
-from mcpfault.proxy.observe import TelemetryObserver
+from mcpfault.proxy.observe import TelemetryObserver, fault_label_sets
 from mcpfault.telemetry.fastspans import SpanRecorder
+from mcpfault.telemetry.metrics import ProxyMetrics
 from tests.conftest import call, request
 
 
@@ -156,6 +160,29 @@ def test_traced_lanes_record_the_same_spans_and_send_the_same_context(tmp_path: 
     # What went upstream carries the span's context, as on the full path.
     sent = orjson.loads(out[5][0])
     assert sent["params"]["_meta"]["traceparent"].split("-")[1] in {span["traceId"] for span in lanes_spans}
+
+
+def counted(metrics: ProxyMetrics) -> list[str]:
+    """The metrics' counters and histogram counts (their sums are times)."""
+    text = generate_latest(metrics.registry).decode()
+    return [line for line in text.splitlines() if re.match(r"\w+(_total|_count)\{", line)]
+
+
+def test_metrics_alone_take_the_lanes_and_count_as_the_full_path_does() -> None:
+    types, modes = fault_label_sets(CATALOG)
+    cores, metrics = [], []
+    for _ in range(2):
+        metrics.append(ProxyMetrics("stdio", fault_types=types, fault_modes=modes))
+        cores.append(ProxyCore(Engine(profile.loads("")), observers=[TelemetryObserver(None, metrics[-1])]))
+    with_lanes, without = cores
+    assert with_lanes.has_lanes
+    out, taken = run(with_lanes, lanes=True)
+    expected, _ = run(without, lanes=False)
+    assert taken == 13
+    assert out == expected  # no span: nothing is put into the requests
+    assert stats(with_lanes) == stats(without)
+    assert counted(metrics[0]) == counted(metrics[1])
+    assert any('method="tools/call"' in line for line in counted(metrics[0]))
 
 
 REFUSED = {

@@ -57,7 +57,8 @@ class TelemetryObserver(ServerObserver):
         # With spans, plain requests are taken as raw data, built into spans (and observed by the
         # histograms) on the writer thread (proxy.core.DeferringObserver): most of tracing's cost is
         # off the request's path. A span the full queue drops loses its histogram observation too.
-        self.defers = recorder is not None
+        # With metrics alone they are taken as raw data too (the lanes), and counted as they end.
+        self.defers = recorder is not None or metrics is not None
         self._annotate = annotate  # more for each span from another observer (the side-effect probe)
         self._propagates = propagate  # False for OTEL_PROPAGATORS=none
         self._metrics = metrics
@@ -157,9 +158,10 @@ class TelemetryObserver(ServerObserver):
                 upstream = jsonrpc.with_plain_meta_string(line, params, "traceparent", _traceparent(root))
             return root, upstream
         recorder = self._recorder
-        assert recorder is not None
         if self._metrics is not None:
             self._metrics.request_started()
+        if recorder is None:  # metrics alone: the request crosses as it came, and is counted as it ends
+            return None, line
         meta = params.get("_meta") if params.__class__ is dict else None
         span: SpanHandle | Root
         if meta.__class__ is dict and ("traceparent" in meta or "tracestate" in meta):
