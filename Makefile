@@ -37,15 +37,18 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
 # Proxy overhead: direct, minimal relay, mcpfault untraced, with spans to a file, with spans and metrics;
-# then the default matrix's CPU per task (the whole process tree) and wall time; and 1,000 HTTP sessions
-# through one proxy (docs/results/scale.md).
+# memory after 10,000 and 100,000 calls; 1,000 HTTP sessions through one proxy (docs/results/scale.md);
+# then the default matrix's CPU per task (the whole process tree) and wall time. Each writes its report
+# under docs/results/ and its figures to docs/results/figures/*.json, from which the README's block is
+# rewritten last (benchmarks/readme_figures.py).
+FIGURES := docs/results/figures
 TRACED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary --spans /tmp/mcpfault-bench-spans.jsonl
 # The side-effect probe's cost (added p50 with --probe on): the fake sidecar, and eBPF when root.
 PROBED = $(BIN)/python -m mcpfault proxy --config profiles/baseline.toml --no-summary
 bench: $(STAMP)
 	$(BYTECODE)
 	rm -f /tmp/mcpfault-bench-spans.jsonl
-	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md \
+	$(BIN)/python benchmarks/stdio_overhead.py --markdown docs/results/performance.md --json $(FIGURES)/stdio.json \
 		--config "mcpfault-traced=$(TRACED) -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-client-spans=$(TRACED) --client-spans -- $(BIN)/python benchmarks/echo_server.py" \
 		--config "mcpfault-traced-metrics=$(TRACED) --metrics-addr 127.0.0.1:19464 -- $(BIN)/python benchmarks/echo_server.py" \
@@ -53,10 +56,12 @@ bench: $(STAMP)
 		--config "mcpfault-probe-fake=$(PROBED) --probe fake:benchmarks/probe_events.json -- $(BIN)/python benchmarks/echo_server.py" \
 		$(if $(filter 0,$(shell id -u)),--config "mcpfault-probe-ebpf=$(PROBED) --probe ebpf -- $(BIN)/python benchmarks/echo_server.py") \
 		--timeout 60
-	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md
-	$(BIN)/python benchmarks/memory.py --markdown docs/results/memory.md
-	$(BIN)/python benchmarks/scale.py --sessions 1000 --churn 1000 --markdown docs/results/scale.md
-	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md
+	$(BIN)/python benchmarks/http_overhead.py --markdown docs/results/performance.md --json $(FIGURES)/http.json
+	$(BIN)/python benchmarks/memory.py --markdown docs/results/memory.md --json $(FIGURES)/memory.json
+	$(BIN)/python benchmarks/scale.py --sessions 1000 --churn 1000 --markdown docs/results/scale.md \
+		--json $(FIGURES)/scale.json
+	$(BIN)/python benchmarks/bench_cpu.py --markdown docs/results/bench-cpu.md --json $(FIGURES)/bench-cpu.json
+	$(BIN)/python benchmarks/readme_figures.py --figures $(FIGURES) --readme README.md
 
 setup: $(STAMP) $(NPM_STAMP) prometheus bpftrace chromium
 

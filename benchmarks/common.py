@@ -437,3 +437,45 @@ def write_block(path: Path, name: str, block: str) -> None:
         text = text + separator + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def write_figures(
+    path: Path,
+    summaries: Sequence[Summary[ConfigT]],
+    notes: Sequence[str],
+    started: dt.datetime,
+    loads: tuple[str, str],
+    rounds: int,
+) -> None:
+    """A run's figures as JSON (``--json``): every configuration's medians, added over ``direct`` where
+    it ran, and the ratio lines as printed (benchmarks/readme_figures.py puts them in the README)."""
+    direct = next((s for s in summaries if s.config.name == "direct"), None)
+
+    def added(summary: Summary[ConfigT], attr: str) -> float | None:
+        return None if direct is None else round(summary.median(attr) - direct.median(attr), 1)
+
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else round(value, 1)
+
+    document = {
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_average": {"start": loads[0], "end": loads[1]},
+        "command": command_line(),
+        "rounds": rounds,
+        "configs": [
+            {
+                "name": s.config.name,
+                "p50_us": number(s.median("p50_us")),
+                "p99_us": number(s.median("p99_us")),
+                "added_p50_us": added(s, "p50_us"),
+                "added_p99_us": added(s, "p99_us"),
+                "rate_per_s": number(s.median("rate_per_s")),
+                "cpu_us": number(s.median("cpu_us")),
+            }
+            for s in summaries
+        ],
+        "ratios": list(notes),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

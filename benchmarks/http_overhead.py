@@ -91,6 +91,7 @@ from common import (  # a sibling module: benchmarks/ is sys.path[0] when this r
     select_configs,
     split,
     stop_group,
+    write_figures,
     write_http_block,
 )
 
@@ -832,6 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--grace", type=float, default=5.0, help="seconds a process gets to stop after SIGTERM (default 5)"
     )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     parser.add_argument("--markdown", metavar="FILE", help="write/replace the marked HTTP block of FILE (Markdown)")
     return parser
 
@@ -867,9 +869,10 @@ def main(argv: list[str] | None = None) -> int:
         except (BenchError, KeyboardInterrupt) as exc:
             return failure_status(exc)
 
-    loads = print_results(
-        summaries, table_rows(summaries), all_ratios(summaries, args.clients), "SIGTERM", load_at_start
-    )
+    notes = all_ratios(summaries, args.clients)
+    loads = print_results(summaries, table_rows(summaries), notes, "SIGTERM", load_at_start)
+    if args.json:
+        write_figures(Path(args.json), summaries, notes, when, loads, args.rounds)
     if args.markdown:
         path = Path(args.markdown)
         write_http_block(path, markdown_block(summaries, args, when, loads))

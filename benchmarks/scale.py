@@ -728,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {name}: {text}")
     print(f"\nmachine: {figures['machine']}; load average at start {run.load_at_start}, at end {run.load_at_end}")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     if args.markdown:
         write_block(Path(args.markdown), block_key(figures), markdown_block(figures, when))

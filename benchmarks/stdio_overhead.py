@@ -72,6 +72,7 @@ from common import (  # a sibling module: benchmarks/ is sys.path[0] when this r
     select_configs,
     split,
     stop_group,
+    write_figures,
     write_keeping_http_block,
 )
 
@@ -576,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", help="comma-separated configuration names to run (default: all)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for any message (default 10)")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds a child gets to exit after EOF (default 5)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     parser.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
     return parser
 
@@ -607,7 +609,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, KeyboardInterrupt) as exc:
         return failure_status(exc)
 
-    loads = print_results(summaries, table_rows(summaries), ratios(summaries), "EOF", load_at_start)
+    notes = ratios(summaries)
+    loads = print_results(summaries, table_rows(summaries), notes, "EOF", load_at_start)
+    if args.json:
+        write_figures(Path(args.json), summaries, notes, started, loads, args.rounds)
     if args.markdown:
         path = Path(args.markdown)
         # http_overhead.py keeps its own marked block in the same file: leave it as it was.
