@@ -106,7 +106,7 @@ def bench_cpu(figures: dict[str, Any]) -> list[str]:
     verdict = "met" if max(r["ms_per_task"] for r in runs) <= target else "**missed**"
     date = str(figures["date"]).replace("T", " ")[:16]
     return [
-        f"- **The bench's CPU** ([bench-cpu.md](docs/results/bench-cpu.md); {date}, load"
+        f"- **The bench's CPU** ([bench-cpu.md](docs/results/bench-cpu.md); {date} UTC, load"
         f" {str(figures['load_average_at_end']).split()[0]} at the end): {per_task} ms of CPU per task for"
         f" {runs[0]['tasks']:,} tasks of the default matrix, the whole process tree, {runs[0]['wall_s']:.1f} s"
         f" wall (target: at most {target:g} ms, {verdict})."
