@@ -364,14 +364,19 @@ class UpstreamPool:
     def send_idle(self, request: bytes, method: str, watcher: AnswerWatcher) -> UpstreamResponse | None:
         """Send ``request`` (whole, as ``request`` would encode it) now on an idle kept-alive connection,
         without waiting for anything; None, with nothing sent, when no connection is idle."""
-        while self._idle and not self._closed:
+        connection = self._take_idle() if not self._closed else None
+        return connection.send(request, method, watcher) if connection is not None else None
+
+    def _take_idle(self) -> _UpstreamConnection | None:
+        """An idle kept-alive connection, now busy; None when none is left (the closed ones are forgotten)."""
+        while self._idle:
             connection = self._idle.pop()
             if connection.closed:
                 self._forget(connection)
                 continue
             connection.reused = connection.busy = True
             self._busy.add(connection)
-            return connection.send(request, method, watcher)
+            return connection
         return None
 
     async def answer(
@@ -400,14 +405,9 @@ class UpstreamPool:
         while True:
             if self._closed:
                 raise UpstreamBroke("the proxy is shutting down")
-            while self._idle:
-                connection = self._idle.pop()
-                if connection.closed:
-                    self._forget(connection)
-                    continue
-                connection.reused = connection.busy = True
-                self._busy.add(connection)
-                return connection
+            idle = self._take_idle()
+            if idle is not None:
+                return idle
             if self._open < self._max:
                 return await self._connect()
             waiter = asyncio.get_running_loop().create_future()
