@@ -165,7 +165,13 @@ def params_with_meta(key: str, value: str) -> bytes:
     """``PARAMS_OPEN`` followed by a ``_meta`` of one plain member (``with_plain_meta_string``'s
     ``key`` and ``value``) and a comma: the bytes ``with_params_meta`` puts in its place. Made ahead
     of the request (the proxy's traceparents are drawn before they are needed)."""
-    return PARAMS_OPEN + f'"_meta":{{"{key}":"{value}"}},'.encode()
+    before, after = params_with_meta_parts(key)
+    return before + value.encode() + after
+
+
+def params_with_meta_parts(key: str) -> tuple[bytes, bytes]:
+    """What comes before and after the value in ``params_with_meta(key, value)``."""
+    return PARAMS_OPEN + f'"_meta":{{"{key}":"'.encode(), b'"},'
 
 
 def with_params_meta(line: bytes, params: object, opening: bytes) -> bytes | None:

@@ -70,12 +70,13 @@ class TelemetryObserver(ServerObserver):
         # request's params (``jsonrpc.with_params_meta``); forward_plain takes them straight from its list.
         self._roots: list[Root] = []
         if recorder is not None:
-            recorder.keep_root_context(_traceparent_opening)
+            recorder.keep_root_context(*jsonrpc.params_with_meta_parts("traceparent"))
             self._roots = recorder.roots
-        # Lean: nothing but the span itself needs a request's handle (no metrics, no annotations, no
+        # Lean: nothing but the span and the metrics needs a request's handle (no annotations, no
         # CLIENT span), so a plain request's root stays as it was drawn (a token of plain values) and
-        # its span is made whole on the span writer's thread (SpanEndings.plain_root).
-        self._lean = recorder is not None and metrics is None and annotate is None and not client_spans
+        # its span is made whole, and its histograms observed, on the span writer's thread
+        # (SpanEndings.plain_root).
+        self._lean = recorder is not None and annotate is None and not client_spans
         # The attributes every span of a direction starts with: built once, shared, never mutated.
         fixed = self._attributes or {}
         self._from_client = SharedAttributes(
@@ -96,6 +97,7 @@ class TelemetryObserver(ServerObserver):
         self._plain = self._spans.plain  # bound once: answered_plain runs on the request's thread
         self._plain_root = self._spans.plain_root
         self._derive_root = self._root_ending  # bound once: one object shared by the endings waiting
+        self._on_root_dropped = self._root_dropped if metrics is not None else None
         self._upstream = SharedAttributes({names.NETWORK_TRANSPORT: transport, **fixed})  # the CLIENT spans' start
 
     def started(
@@ -141,6 +143,8 @@ class TelemetryObserver(ServerObserver):
             # every wake-up, where each step costs): a root the recorder drew ahead with the bytes of
             # its traceparent, and the edit; no handle, no start time (the request's own, in the
             # core's InFlight, serves).
+            if self._metrics is not None:
+                self._metrics.request_started()
             try:
                 root = self._roots.pop()
             except IndexError:  # drawn faster than the writer draws: its own, then
@@ -181,13 +185,17 @@ class TelemetryObserver(ServerObserver):
 
     def answered_plain(self, pending: InFlight, answer: PlainAnswer) -> None:
         span = pending.tokens[0]
+        metrics = self._metrics
         if span.__class__ is tuple:  # a lean observer's root as it was drawn: made a span on the writer's thread
-            if span[4]:  # recorded
+            if metrics is not None:
+                metrics.request_finished()
+            if span[4]:  # recorded: its histograms are observed as its span is built
                 recorder = self._recorder
                 assert recorder is not None
                 recorder.end_root_soon(self._derive_root, (pending, answer, span))
+            elif metrics is not None:  # sampled out: no span, counted here
+                self._count(plain_finished(pending, answer), None)
             return
-        metrics = self._metrics
         if span.__class__ is SpanHandle and span.recording:
             recorder = self._recorder
             assert recorder is not None
@@ -246,7 +254,14 @@ class TelemetryObserver(ServerObserver):
 
     def _root_ending(self, item: tuple[InFlight, PlainAnswer, Root]) -> RootEnding:
         """How a lean observer's plain request ends (``SpanRecorder.end_root_soon``)."""
-        return self._plain_root, self._ending_fields(*item)
+        return self._plain_root, self._ending_fields(*item), self._on_root_dropped
+
+    def _root_dropped(self, fields: EndingFields) -> None:
+        """A lean observer's span the full queue dropped: its request is counted all the same, as
+        ``plain_root`` would have (its exemplar is not the lost span's trace)."""
+        assert self._metrics is not None
+        method, started, finished, added_s = fields[0], fields[5], fields[6], fields[7]
+        self._metrics.observe_request(method, None, finished - started, added_s)
 
     @classmethod
     def _plain_ending_of(cls, pending: InFlight, answer: PlainAnswer) -> PlainEnding:
@@ -333,11 +348,6 @@ class TelemetryObserver(ServerObserver):
 def _traceparent(root: Root) -> str:
     """The W3C ``traceparent`` naming a root as it was drawn (``SpanHandle.traceparent``'s)."""
     return f"00-{root[0]}-{root[1]}-{root[3]}"
-
-
-def _traceparent_opening(traceparent: str) -> bytes:
-    """How a root drawn ahead keeps its traceparent (``SpanRecorder.keep_root_context``)."""
-    return jsonrpc.params_with_meta("traceparent", traceparent)
 
 
 def fault_label_sets(types: Iterable[Any]) -> tuple[list[str], list[str]]:

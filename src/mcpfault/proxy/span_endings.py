@@ -175,6 +175,9 @@ class SpanEndings:
         if self._metrics is not None:  # as _count does for a request no fault touched
             duration_s = ending.finished - ending.started
             self._metrics.observe_request(ending.method, None, duration_s, ending.added_s, handle.trace_id)
+        return self._plain_span(handle, ending)
+
+    def _plain_span(self, handle: SpanHandle, ending: PlainEnding) -> Built:
         plain_key = (  # not the request id: that is in a slot
             ending.method,
             ending.target,
@@ -205,22 +208,22 @@ class SpanEndings:
         """``plain`` for a span whose root was taken as it was drawn (the observer's ``forward_plain``),
         from its ending's fields (``EndingFields``, the root last): mostly a template and its slots,
         no handle made; the first of its kind is built the general way, with the root's handle."""
-        method, target, request_id, received, error_code, started, finished, _, version, generation, root = fields
+        method, target, request_id, received, error_code, started, finished, added_s, version, generation, root = fields
         assert root is not None
+        if self._metrics is not None:  # as plain does
+            self._metrics.observe_request(method, None, finished - started, added_s, root[0])
         offset_ns = self._clock.offset_ns
         started_ns = int(started * 1e9) + offset_ns
-        template = None
-        if self._metrics is None:  # with metrics, plain (below) observes them
-            template = self._plain_templates.get(
-                (method, target, received, error_code, version, generation, True, root[3])  # True: a root
-            )
+        template = self._plain_templates.get(
+            (method, target, received, error_code, version, generation, True, root[3])  # True: a root
+        )
         if template is not None:  # _slot_values, for a root's handle
             finished_ns = int(finished * 1e9) + offset_ns
             request_id = request_id if request_id.__class__ is int else json_string_content(str(request_id))
             values = (root[0], root[1], None, started_ns, finished_ns, request_id, started_ns, finished_ns)
             return _new_tuple(Filled, (template, values))
         handle = root_handle(root, "", _SERVER, self._from_client, started_ns)
-        built = self.plain(handle, _new_tuple(PlainEnding, fields))
+        built = self._plain_span(handle, _new_tuple(PlainEnding, fields))
         if isinstance(built, bytes | Filled):
             return built
         # An Ending, which a plain request's span is not (its ending has a template): encoded all the same.

@@ -14,6 +14,7 @@ import hmac
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -116,6 +117,7 @@ class ProxyMetrics(_Metrics):
             names.REQUESTS_IN_FLIGHT_LABELS,
         )
         tallies.register()
+        self._tallies_lock = tallies.lock
         self._exits = self._counter(
             names.UPSTREAM_EXITS_TOTAL,
             "Times the upstream MCP server exited or its connection closed.",
@@ -172,10 +174,12 @@ class ProxyMetrics(_Metrics):
             # A race here only looks the same children up twice; labels() itself is thread-safe.
             self._request_children[key] = children
         trace_id = _trace_id(trace_id_hex)
-        children[0].inc(1.0, trace_id)
-        children[1].observe(duration_s, trace_id)
-        if added_s is not None:
-            self._added_child.observe(added_s, trace_id)
+        now = time.time() if trace_id is not None else 0.0
+        with self._tallies_lock:  # once for the three (a request's metrics cost as much again, locked one by one)
+            children[0].add(1.0, trace_id, now)
+            children[1].add(duration_s, trace_id, now)
+            if added_s is not None:
+                self._added_child.add(added_s, trace_id, now)
 
     def fault_injected(self, fault_type: str, mode: str, trace_id_hex: str | None = None) -> None:
         key = (self.fault_label(fault_type), mode if mode in self._fault_modes else names.OTHER)

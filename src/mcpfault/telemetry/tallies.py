@@ -59,9 +59,13 @@ class CounterChild:
 
     def inc(self, amount: float = 1.0, trace_id: str | None = None) -> None:
         with self._lock:
-            self.value += amount
-            if trace_id is not None:
-                self.exemplar = (trace_id, amount, time.time())
+            self.add(amount, trace_id, time.time() if trace_id is not None else 0.0)
+
+    def add(self, amount: float, trace_id: str | None, now: float) -> None:
+        """``inc`` for a caller that holds the lock (``Tallies.lock``) and read the clock."""
+        self.value += amount
+        if trace_id is not None:
+            self.exemplar = (trace_id, amount, now)
 
 
 class GaugeChild:
@@ -92,12 +96,16 @@ class HistogramChild:
         self.created = time.time()
 
     def observe(self, value: float, trace_id: str | None = None) -> None:
-        index = bisect_left(self._bounds, value)  # the first bucket whose bound is >= value (le)
         with self._lock:
-            self._counts[index] += 1
-            self.total += value
-            if trace_id is not None:
-                self._exemplars[index] = (trace_id, value, time.time())
+            self.add(value, trace_id, time.time() if trace_id is not None else 0.0)
+
+    def add(self, value: float, trace_id: str | None, now: float) -> None:
+        """``observe`` for a caller that holds the lock (``Tallies.lock``) and read the clock."""
+        index = bisect_left(self._bounds, value)  # the first bucket whose bound is >= value (le)
+        self._counts[index] += 1
+        self.total += value
+        if trace_id is not None:
+            self._exemplars[index] = (trace_id, value, now)
 
     def buckets(self) -> tuple[list[tuple[str, float, Exemplar] | tuple[str, float]], float]:
         """The cumulative buckets as ``HistogramMetricFamily.add_metric`` takes them, and the sum."""
@@ -196,7 +204,8 @@ class Tallies:
     """The tallied metrics of one registry, collected at each scrape; one lock for all of them."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._lock = threading.Lock()
+        # Held for each change; a caller that makes several at once takes it once for all (``add``).
+        self.lock = self._lock = threading.Lock()
         self._families: list[TalliedCounter | TalliedGauge | TalliedHistogram] = []
         self._registry = registry
 
