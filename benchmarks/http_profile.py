@@ -62,6 +62,14 @@ def _threads_cpu_s(pid: int) -> tuple[float, float]:
     return user, system
 
 
+def _main_thread_cpu_s(pid: int) -> float:
+    """User and system seconds of ``pid``'s main thread (the event loop's), 0 once it is gone."""
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    return 0.0
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     with contextlib.suppress(OSError):
@@ -182,7 +190,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     client_type = ModernClient if args.era == "modern" else bench.McpClient
     clients_n, calls = int(args.clients), int(args.calls)
     requests = 0  # every POST the proxy answered, handshakes and warm-up included (the profile has them all)
-    rounds: list[tuple[float, float, float]] = []
+    rounds: list[tuple[float, float, float, float]] = []
     with running(args, workdir) as (proxy, url), contextlib.ExitStack() as stack:
         clients = []
         for number in range(args.clients):
@@ -196,26 +204,34 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         for number in range(1, args.rounds + 1):
             writers = _children(pid)
             user, system = _threads_cpu_s(pid)
+            main_thread = _main_thread_cpu_s(pid)
             writing = sum(sum(_threads_cpu_s(child)) for child in writers)
             bench.concurrent_calls(clients, calls, args.payload, args.timeout)
             done = clients_n * calls
             requests += done
             after_user, after_system = _threads_cpu_s(pid)
+            main_s = _main_thread_cpu_s(pid) - main_thread
             writer_s = sum(sum(_threads_cpu_s(child)) for child in writers) - writing
-            figures = ((after_user - user) / done * 1e6, (after_system - system) / done * 1e6, writer_s / done * 1e6)
-            rounds.append(figures)
-            print(
-                f"round {number}/{args.rounds}: proxy CPU {figures[0] + figures[1]:.1f} us/req "
-                f"(user {figures[0]:.1f}, system {figures[1]:.1f}), span writer process {figures[2]:.1f} us/req",
-                file=sys.stderr,
+            figures = (
+                (after_user - user) / done * 1e6,
+                (after_system - system) / done * 1e6,
+                main_s / done * 1e6,
+                writer_s / done * 1e6,
             )
-    user, system, writer = (statistics.median(r[i] for r in rounds) for i in range(3))
-    print(
-        f"median of {args.rounds} rounds, {args.clients} clients x {args.calls} calls, era {args.era}: "
-        f"proxy CPU {user + system:.1f} us/req (user {user:.1f}, system {system:.1f}); "
-        f"span writer process {writer:.1f} us/req"
-    )
+            rounds.append(figures)
+            print(f"round {number}/{args.rounds}: {_cpu_line(*figures)}", file=sys.stderr)
+    medians = (statistics.median(r[i] for r in rounds) for i in range(4))
+    print(f"median of {args.rounds} rounds, {args.clients} clients x {args.calls} calls, era {args.era}: ", end="")
+    print(_cpu_line(*medians))
     return requests
+
+
+def _cpu_line(user: float, system: float, main_thread: float, writer: float) -> str:
+    """The CPU of a round (or the medians), in microseconds per request."""
+    return (
+        f"proxy CPU {user + system:.1f} us/req (user {user:.1f}, system {system:.1f}; main thread {main_thread:.1f}, "
+        f"other threads {user + system - main_thread:.1f}), span writer process {writer:.1f} us/req"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
