@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import pstats
+import shutil
 import statistics
 import sys
 import tempfile
@@ -241,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", action="store_true", help="proxy --metrics-addr 127.0.0.1:0")
     parser.add_argument("--events", action="store_true", help="proxy --events FILE")
     parser.add_argument("--cprofile", action="store_true", help="run the proxy under cProfile; show its time by part")
+    parser.add_argument("--profile-out", type=Path, help="with --cprofile, also keep the profile (pstats) in this file")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per client and round (default 2000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
@@ -257,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             requests = measure(args, Path(workdir))
             if args.cprofile:
+                if args.profile_out is not None:
+                    shutil.copyfile(Path(workdir) / "proxy.prof", args.profile_out)
                 seconds = parts(Path(workdir) / "proxy.prof")
                 print(f"\nthe proxy's main thread by part, under cProfile (us per request, {requests:,} requests):")
                 for part, spent in seconds.items():
