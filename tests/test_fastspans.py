@@ -14,8 +14,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mcpfault.faults.latency import Latency
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Filled, SpanRecorder
+from mcpfault.telemetry.fastspans import SpanRecorder
 from mcpfault.telemetry.propagation import parse_traceparent
+from mcpfault.telemetry.span_json import Filled
 from mcpfault.telemetry.tracing import configure_tracing, extract_context, read_spans
 from tests.otlp_support import SECRET
 
@@ -273,7 +274,8 @@ def test_a_templated_span_is_the_same_json_as_the_slow_path(tmp_path: Path, requ
     from mcpfault.proxy.core import ProxyCore
     from mcpfault.proxy.observe import TelemetryObserver
     from mcpfault.proxy.span_endings import PlainEnding, plain_finished
-    from mcpfault.telemetry.fastspans import json_span, root_handle
+    from mcpfault.telemetry.fastspans import root_handle
+    from mcpfault.telemetry.span_json import json_span
 
     recorder = SpanRecorder("svc", spans_file=tmp_path / "s.jsonl", otlp_endpoint=None, soon=1)
     queued: list[tuple[Any, ...]] = []

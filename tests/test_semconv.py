@@ -15,8 +15,9 @@ from mcpfault.faults.engine import PASS
 from mcpfault.proxy.core import Finished
 from mcpfault.proxy.span_endings import Clock, SpanEndings
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import Filled, SharedAttributes, SpanHandle
+from mcpfault.telemetry.fastspans import SpanHandle
 from mcpfault.telemetry.names import Received
+from mcpfault.telemetry.span_json import Filled, SharedAttributes
 from mcpfault.telemetry.tracing import read_spans
 from tests.conftest import write_profile
 from tests.http_support import LEGACY, MODERN, http_proxy, sdk_server

@@ -20,7 +20,8 @@ from mcpfault.telemetry import names as span_names
 if TYPE_CHECKING:
     from mcpfault.mock.session import Session
     from mcpfault.mock.world import World
-    from mcpfault.telemetry.fastspans import Event, SpanRecorder
+    from mcpfault.telemetry.fastspans import SpanRecorder
+    from mcpfault.telemetry.span_json import Event
 
 _SERVER: Final = 2  # OTLP's SPAN_KIND_SERVER
 

@@ -23,11 +23,12 @@ from mcpfault.proxy.process.supervisor import ServerObserver
 from mcpfault.proxy.span_endings import Annotate, Clock, EndingFields, PlainEnding, SpanEndings, plain_finished
 from mcpfault.telemetry import names
 from mcpfault.telemetry.current_span import CURRENT_SPAN
-from mcpfault.telemetry.fastspans import Root, RootEnding, SharedAttributes, SpanHandle, SpanRecorder, root_handle
+from mcpfault.telemetry.fastspans import Root, RootEnding, SpanHandle, SpanRecorder, root_handle
 from mcpfault.telemetry.metrics import ProxyMetrics
 from mcpfault.telemetry.names import Received
 from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.propagation import parse_traceparent
+from mcpfault.telemetry.span_json import SharedAttributes
 
 _new_tuple = tuple.__new__
 _SERVER = KIND_TO_OTLP[SpanKind.SERVER]

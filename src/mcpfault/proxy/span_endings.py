@@ -21,23 +21,20 @@ from mcpfault.protocol import jsonrpc
 from mcpfault.protocol.eras import MODERN_VERSIONS
 from mcpfault.proxy.core import Finished, InFlight, PlainAnswer, classify
 from mcpfault.telemetry import names
-from mcpfault.telemetry.fastspans import (
-    Built,
+from mcpfault.telemetry.fastspans import Built, Root, SpanHandle, root_handle
+from mcpfault.telemetry.metrics import ProxyMetrics
+from mcpfault.telemetry.names import Received
+from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
+from mcpfault.telemetry.span_json import (
     EncodedAttributes,
     Event,
     Filled,
-    Root,
     SharedAttributes,
-    SpanHandle,
     SpanTemplate,
     encode_attributes,
     json_span,
     json_string_content,
-    root_handle,
 )
-from mcpfault.telemetry.metrics import ProxyMetrics
-from mcpfault.telemetry.names import Received
-from mcpfault.telemetry.otlp_json import KIND_TO_OTLP
 from mcpfault.telemetry.tracing import span_name
 
 # On a SERVER span these codes are the client's mistake, not a failure of the server (the MCP

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from mcpfault.telemetry.otlp_lines import LazyLogger, SpanLinesFile
+from mcpfault.telemetry.span_json import SpanTemplate
 
 if TYPE_CHECKING:
     from mcpfault.telemetry.export import OtlpSender
-    from mcpfault.telemetry.fastspans import SpanTemplate
     from mcpfault.telemetry.otel_env import OtlpExport
 
 _log = LazyLogger(__name__)
@@ -231,8 +231,6 @@ def _log_like_the_proxy(level: str, fmt: str) -> None:
 
 
 def run(fd: int = 0) -> int:
-    from mcpfault.telemetry.fastspans import SpanTemplate
-
     frames = _frames(fd)
     first = next(frames, None)
     if first is None:
