@@ -14,7 +14,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from mcpfault.analysis import trace_tree, traces
 from mcpfault.analysis.records import TaskRecord, read_records
-from mcpfault.harness import report_html
+from mcpfault.harness import waterfall
 from mcpfault.harness.metrics_push import record_bench_metrics, trace_ids_of
 from mcpfault.telemetry import names
 from mcpfault.telemetry.metrics import HarnessMetrics
@@ -196,7 +196,7 @@ def test_the_llm_agents_model_calls_are_in_its_tasks_traces(tmp_path: Path) -> N
     tasks = {node.span.trace_id: node for node in trace_tree.tasks(trace_tree.trees(spans.client))}
     for call in model_calls:
         assert call.parent_span_id == tasks[call.trace_id].span.span_id  # a child of its task, beside the attempts
-    steps = report_html.waterfall(tasks[records[0].trace_id or ""])
+    steps = waterfall.waterfall(tasks[records[0].trace_id or ""])
     assert [s.kind for s in steps].count("model") == sum(1 for c in model_calls if c.trace_id == records[0].trace_id)
 
 
