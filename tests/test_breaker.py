@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpfault.harness.agents.policies import Breaker, CircuitOpen
+from mcpfault.harness.agents.resilient import Breaker, CircuitOpen
 
 
 class Clock:

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from mcpfault.analysis.summary import PROCESS_PROFILES
-from mcpfault.harness.agents.policies import AGENT_NAMES
+from mcpfault.harness.agents.roster import AGENT_NAMES
 from mcpfault.harness.bench import BenchConfig, plan_sessions, run_bench
 from mcpfault.mock.world import World
 

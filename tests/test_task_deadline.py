@@ -14,14 +14,8 @@ import anyio
 import pytest
 
 from mcpfault.errors import CallError, HttpStatusError, ProtocolError
-from mcpfault.harness.agents.policies import (
-    MIN_ATTEMPT_S,
-    Agent,
-    CircuitOpen,
-    Resilient,
-    RetryOnly,
-    TaskDeadlineExceeded,
-)
+from mcpfault.harness.agents.policies import MIN_ATTEMPT_S, Agent, RetryOnly, TaskDeadlineExceeded
+from mcpfault.harness.agents.resilient import CircuitOpen, Resilient
 from mcpfault.harness.agents.tasks import TaskSpec
 from mcpfault.protocol import jsonrpc
 

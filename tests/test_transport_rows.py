@@ -13,7 +13,8 @@ import pytest
 from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.summary import summarize
 from mcpfault.errors import HttpStatusError, SessionLost, StreamCut
-from mcpfault.harness.agents.policies import Agent, Resilient, RetryOnly
+from mcpfault.harness.agents.policies import Agent, RetryOnly
+from mcpfault.harness.agents.resilient import Resilient
 from mcpfault.harness.http_client import listen_command, retry_after_s
 from mcpfault.harness.report import ReportMeta, render_markdown
 

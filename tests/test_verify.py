@@ -14,7 +14,8 @@ import pytest
 from mcpfault.analysis.records import TaskRecord, read_records
 from mcpfault.harness.agents import verify
 from mcpfault.harness.agents.llm import prompts
-from mcpfault.harness.agents.policies import AGENT_NAMES, MECHANISMS
+from mcpfault.harness.agents.resilient import MECHANISMS
+from mcpfault.harness.agents.roster import AGENT_NAMES
 from mcpfault.harness.lies import agent_lies
 from mcpfault.protocol.jsonlines import read_jsonl
 

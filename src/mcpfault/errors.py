@@ -21,7 +21,8 @@ MCPFaultError
 │   │   ├── HttpStatusError         └── SessionLost
 │   │   ├── StreamCut
 │   │   └── ConnectionLost
-│   ├── CircuitOpen, TaskDeadlineExceeded, BudgetExhausted   (harness.agents.policies)
+│   ├── TaskDeadlineExceeded    (harness.agents.policies)
+│   ├── CircuitOpen, BudgetExhausted   (harness.agents.resilient)
 │   ├── Inconsistent            two sources disagree (harness.agents.verify)
 │   ├── AgentReportedFailure, AgentNoAnswer, AgentCrashed, AgentTimeout, AnswerInvalid
 │   │                           your agent's command (harness.agents.external)

@@ -354,7 +354,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_agent(args: argparse.Namespace) -> tuple[str, Any, tuple[Any, ...]]:
     """``run --agent``: its label, the model variant of ``llm`` (else None), and the external agent's
     configuration (a list of at most one)."""
-    from mcpfault.harness.agents.policies import check_agent_name
+    from mcpfault.harness.agents.roster import check_agent_name
 
     external = external_agents.configs(args, (args.agent,), _workflows(args.workflows))
     if args.agent == "llm":

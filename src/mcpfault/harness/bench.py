@@ -26,7 +26,8 @@ from mcpfault.analysis.summary import AGENT_ORDER, GENTLE_PROFILES, PROCESS_PROF
 from mcpfault.analysis.traces import SPAN_FILES
 from mcpfault.errors import UsageError
 from mcpfault.faults import profile as profiles
-from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, check_agent_name
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S
+from mcpfault.harness.agents.roster import check_agent_name
 from mcpfault.harness.agents.tasks import WORKFLOWS, cassette_tasks, check_workflows, plan_tasks
 from mcpfault.harness.client import Era
 from mcpfault.harness.forkserver import ForkServer

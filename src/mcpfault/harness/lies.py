@@ -13,7 +13,7 @@ from mcpfault.analysis.records import TaskRecord
 from mcpfault.analysis.summary import AGENT_ORDER
 from mcpfault.faults.catalog import CATALOG
 from mcpfault.faults.lie import BELIEVED_LIE
-from mcpfault.harness.agents.policies import AGENT_NAMES, disabled_mechanisms
+from mcpfault.harness.agents.roster import AGENT_NAMES, disabled_mechanisms
 from mcpfault.harness.formatting import md, md_table
 
 LYING_TYPES = frozenset(fault.type_name for fault in CATALOG if getattr(fault, "wrong_answer", None) == BELIEVED_LIE)

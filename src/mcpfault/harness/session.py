@@ -49,7 +49,8 @@ from mcpfault.analysis.server import ServerAccount, account_of
 from mcpfault.app import ready
 from mcpfault.app.argv import mcpfault_argv
 from mcpfault.errors import CallError, MCPFaultError, UpstreamError
-from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S, make_agent
+from mcpfault.harness.agents.policies import DEFAULT_TASK_DEADLINE_S
+from mcpfault.harness.agents.roster import make_agent
 from mcpfault.harness.agents.tasks import TaskSpec, run_task
 from mcpfault.harness.client import Era, StdioClient
 from mcpfault.harness.forkserver import ForkServer
