@@ -23,10 +23,8 @@ import contextlib
 import fcntl
 import marshal
 import os
-import pickle
 import signal
 import struct
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,6 +138,11 @@ class WriterProcess:
     """The recorder's handle on its writer process. ``send`` raises ``OSError`` once the process is gone."""
 
     def __init__(self, setup: WriterSetup) -> None:
+        # Imported here, not at the top: a process whose recorder never starts a writer (the mock
+        # server, a short-lived proxy) does not pay for them at start-up (~3 ms of CPU, measured).
+        import pickle
+        import subprocess
+
         read_end, self._fd = os.pipe()
         with contextlib.suppress(OSError):  # a smaller pipe only makes the recorder wait more often
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
@@ -177,6 +180,8 @@ class WriterProcess:
     def close(self, timeout_s: float) -> bool:
         """EOF to the writer, then wait for it to write what it has and exit; False when it did not
         in ``timeout_s`` (then it is killed: a writer must not outlive its recorder's stop)."""
+        import subprocess
+
         with contextlib.suppress(OSError):
             os.close(self._fd)
         try:
@@ -235,6 +240,8 @@ def run(fd: int = 0) -> int:
     first = next(frames, None)
     if first is None:
         return 0  # the recorder stopped before it sent anything
+    import pickle
+
     setup: WriterSetup = pickle.loads(first)
     if setup.log is not None:
         _log_like_the_proxy(*setup.log)
