@@ -32,14 +32,16 @@ def make_agent(
     disabled = disabled_mechanisms(name)
     if disabled:
         return Resilient(client, rng, disabled, task_deadline_s=task_deadline_s)
-    raise UsageError(
-        f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
-    )
+    raise _unknown(name)
 
 
 def check_agent_name(name: str) -> str:
     if name not in AGENT_NAMES and not disabled_mechanisms(name):
-        raise UsageError(
-            f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
-        )
+        raise _unknown(name)
     return name
+
+
+def _unknown(name: str) -> UsageError:
+    return UsageError(
+        f"unknown agent {name!r}; choose from: {', '.join(AGENT_NAMES)} (or several off: resilient-no-a-no-b)"
+    )
